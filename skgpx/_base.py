@@ -1,0 +1,191 @@
+"""Torch plumbing shared by every skgpx estimator.
+
+Device and dtype resolution, seeds drawn from ``random_state``, numpy <-> torch
+copies and CPU-safe pickling live here once.  Private scikit-learn helpers are
+imported in this module only, so that a scikit-learn change is fixed in one place.
+"""
+
+import re
+import sys
+import warnings
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import (  # noqa: F401  (re-exported)
+    HasMethods,
+    Interval,
+    StrOptions,
+)
+
+__all__ = [
+    "HasMethods",
+    "Interval",
+    "StrOptions",
+    "CPUPickleMixin",
+    "TorchEstimatorMixin",
+    "cpu_generator",
+    "draw_seed",
+    "progress_bar",
+    "resolve_device",
+    "rows_per_chunk",
+    "resolve_dtype",
+    "state_to_device",
+    "to_numpy",
+]
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def resolve_device(device):
+    """Turn a ``device`` parameter into a concrete device string.
+
+    ``"auto"`` picks ``"cuda"`` when torch sees a GPU and ``"cpu"`` otherwise.
+
+    Raises
+    ------
+    ValueError
+        If the string is not one of ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+        or CUDA is requested where it is not available.
+    """
+    if not isinstance(device, str) or not _DEVICE_PATTERN.match(device):
+        raise ValueError(
+            f"device={device!r} is not understood; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        )
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} requested but CUDA is not available; "
+            "use device='auto' or 'cpu'."
+        )
+    return device
+
+
+def resolve_dtype(dtype):
+    """Map the ``dtype`` parameter string to a torch dtype."""
+    try:
+        return _DTYPES[dtype]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"dtype={dtype!r} is not supported; use 'float64' or 'float32'."
+        ) from None
+
+
+def draw_seed(random_state):
+    """Draw one integer seed in ``[0, 2**31)`` from anything ``check_random_state`` takes."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return int(random_state)
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def cpu_generator(seed):
+    """A CPU ``torch.Generator`` seeded with ``seed``.
+
+    Small random draws are made on the CPU and then moved, so that CPU and GPU runs
+    see the same numbers.
+    """
+    return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+_CHUNK_ELEMENTS = 2**25  # one (rows x width) float64 intermediate stays under 256 MB
+
+
+def rows_per_chunk(batch_size, width):
+    """Rows per chunk so that a (rows x width) float64 block stays under 256 MB."""
+    return max(1, min(batch_size, _CHUNK_ELEMENTS // max(width, 1)))
+
+
+def to_numpy(tensor):
+    """Detach a tensor and return it as a float64 numpy array (a copy off the GPU)."""
+    return tensor.detach().to("cpu", torch.float64).numpy()
+
+
+def state_to_device(state, device):
+    """A copy of an attribute dict with its tensors and modules moved to ``device``."""
+    return {
+        key: value.to(device) if isinstance(value, (torch.Tensor, torch.nn.Module)) else value
+        for key, value in state.items()
+    }
+
+
+class CPUPickleMixin:
+    """Pickle an object's tensors from the CPU, so that it loads without a GPU."""
+
+    def __getstate__(self):
+        return state_to_device(self.__dict__, "cpu")
+
+
+class TorchEstimatorMixin:
+    """Device, dtype and pickling support for estimators that keep torch state.
+
+    Place it before :class:`~sklearn.base.BaseEstimator` in the bases so that its
+    ``__getstate__``/``__setstate__`` are the ones that run.  Fitted tensors and
+    modules stored as instance attributes are moved to the CPU when pickled and
+    back to ``device_`` when loaded; ``device_`` is always a string.
+    """
+
+    def _fit_device_dtype(self):
+        """Resolve the ``device`` and ``dtype`` parameters (called at the start of fit)."""
+        return resolve_device(self.device), resolve_dtype(self.dtype)
+
+    def _current_device_dtype(self):
+        """The device and dtype that predictions use: fitted ones, else the parameters."""
+        if hasattr(self, "device_"):
+            return self.device_, resolve_dtype(self.dtype_)
+        return resolve_device(self.device), resolve_dtype(self.dtype)
+
+    def _as_tensor(self, array, device, dtype):
+        """Copy a numpy array into a new tensor; user data is never aliased."""
+        return torch.tensor(np.asarray(array), dtype=dtype, device=device)
+
+    def __getstate__(self):
+        return state_to_device(super().__getstate__(), "cpu")
+
+    def __setstate__(self, state):
+        device = state.get("device_")
+        if isinstance(device, str) and device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                warnings.warn(
+                    f"{type(self).__name__} was fitted on {device!r} but CUDA is not "
+                    "available here; its tensors are loaded on the CPU.",
+                    UserWarning,
+                )
+                state["device_"] = device = "cpu"
+            state = state_to_device(state, device)
+        super().__setstate__(state)
+
+
+class _SilentBar:
+    """Stands in for a progress bar when ``verbose=0``: prints and creates nothing."""
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix(self, **kwargs):
+        pass
+
+    def write(self, message):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def progress_bar(verbose, desc, total=None):
+    """One ``tqdm.auto`` bar on stderr when ``verbose >= 1``, else a silent stand-in.
+
+    Use it as a context manager so that the bar closes even when fit raises.
+    """
+    if not verbose:
+        return _SilentBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=True)

@@ -1,0 +1,530 @@
+"""Torch evaluation of scikit-learn kernel objects, and their spectral densities.
+
+:class:`TorchKernel` mirrors the tree of a ``sklearn.gaussian_process.kernels`` object
+and evaluates it in torch as a function of scikit-learn's ``theta`` (log of the free
+hyperparameters, in the same order), so that autograd gives the gradients that
+scikit-learn's ``eval_gradient`` gives.  Kernels without a torch port are evaluated by
+scikit-learn in numpy (with their analytic theta gradient); they cannot be
+differentiated with respect to the inputs.
+
+:func:`spectral_terms` decomposes a kernel into the terms that random Fourier features
+need (Bochner's theorem): stationary terms with their spectral sampling rules, and the
+exactly finite constant and linear terms.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy import special
+from sklearn.gaussian_process import kernels as sk
+
+__all__ = [
+    "ConstantTerm",
+    "LinearTerm",
+    "StationaryFactor",
+    "StationaryTerm",
+    "TorchKernel",
+    "default_kernel",
+    "sample_unit_frequencies",
+    "spectral_terms",
+    "split_white_noise",
+]
+
+
+def default_kernel():
+    """scikit-learn's GPR default: ``ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed")``."""
+    return sk.ConstantKernel(1.0, constant_value_bounds="fixed") * sk.RBF(
+        1.0, length_scale_bounds="fixed"
+    )
+
+
+def _distance(X, Y):
+    # Exact differences (no |x|^2 + |y|^2 - 2xy cancellation), and a zero gradient at
+    # coincident points rather than the NaN of d sqrt(r^2)/dr.
+    return torch.cdist(X, Y, compute_mode="donot_use_mm_for_euclid_dist")
+
+
+class _MaternBessel(torch.autograd.Function):
+    """g(z) = z^nu K_nu(z) for general nu, with dg/dz = -z^nu K_{nu-1}(z)."""
+
+    @staticmethod
+    def forward(ctx, z, nu):
+        z_np = z.detach().cpu().numpy()
+        safe = np.where(z_np > 0, z_np, 1.0)
+        value = np.where(
+            z_np > 0,
+            safe**nu * special.kv(nu, safe),
+            2.0 ** (nu - 1.0) * special.gamma(nu),
+        )
+        slope = np.where(z_np > 0, -(safe**nu) * special.kv(nu - 1.0, safe), 0.0)
+        ctx.save_for_backward(torch.as_tensor(slope, dtype=z.dtype, device=z.device))
+        return torch.as_tensor(value, dtype=z.dtype, device=z.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slope,) = ctx.saved_tensors
+        return grad * slope, None
+
+
+class _SklearnKernelFunction(torch.autograd.Function):
+    """Evaluate an unported scikit-learn kernel; gradient w.r.t. its theta only."""
+
+    @staticmethod
+    def forward(ctx, theta, X, Y, kernel):
+        kernel = kernel.clone_with_theta(theta.detach().cpu().numpy())
+        X_np = X.detach().cpu().numpy()
+        if Y is None and theta.requires_grad and theta.numel():
+            K, gradient = kernel(X_np, eval_gradient=True)
+            ctx.save_for_backward(torch.as_tensor(gradient, dtype=X.dtype, device=X.device))
+        else:
+            K = kernel(X_np, None if Y is None else Y.detach().cpu().numpy())
+            ctx.save_for_backward(None)
+        return torch.as_tensor(K, dtype=X.dtype, device=X.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (gradient,) = ctx.saved_tensors
+        if gradient is None:
+            return None, None, None, None
+        return torch.einsum("ij,ijp->p", grad, gradient), None, None, None
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+class _Node:
+    """One sklearn kernel in the tree; reads its free hyperparameters from theta."""
+
+    def __init__(self, kernel, offset):
+        self.kernel = kernel
+        self.offset = offset
+        self.n_free = len(kernel.theta)
+
+    def values(self, theta):
+        """Hyperparameter values (natural scale) as tensors, by name."""
+        out, pos = {}, self.offset
+        for hp in self.kernel.hyperparameters:
+            if hp.fixed:
+                value = torch.as_tensor(
+                    np.atleast_1d(getattr(self.kernel, hp.name)).astype(np.float64),
+                    dtype=theta.dtype,
+                    device=theta.device,
+                )
+            else:
+                value = torch.exp(theta[pos : pos + hp.n_elements])
+                pos += hp.n_elements
+            out[hp.name] = value
+        return out
+
+    def check_n_features(self, n_features):
+        length_scale = getattr(self.kernel, "length_scale", None)
+        if length_scale is not None and np.ndim(length_scale) == 1:
+            if len(length_scale) != n_features:
+                raise ValueError(
+                    f"Anisotropic kernel {self.kernel} has {len(length_scale)} length "
+                    f"scales but X has {n_features} features."
+                )
+
+
+class _Stationary(_Node):
+    def scaled_distance(self, X, Y, theta):
+        length_scale = self.values(theta)["length_scale"]
+        Xs = X / length_scale
+        return _distance(Xs, Xs if Y is None else Y / length_scale)
+
+    def diag(self, X, theta):
+        return torch.ones(X.shape[0], dtype=X.dtype, device=X.device)
+
+
+class _RBF(_Stationary):
+    def __call__(self, X, Y, theta):
+        return torch.exp(-0.5 * self.scaled_distance(X, Y, theta) ** 2)
+
+
+class _Matern(_Stationary):
+    def __call__(self, X, Y, theta):
+        r, nu = self.scaled_distance(X, Y, theta), self.kernel.nu
+        if nu == 0.5:
+            return torch.exp(-r)
+        if nu == 1.5:
+            z = math.sqrt(3.0) * r
+            return (1.0 + z) * torch.exp(-z)
+        if nu == 2.5:
+            z = math.sqrt(5.0) * r
+            return (1.0 + z + z**2 / 3.0) * torch.exp(-z)
+        if np.isinf(nu):
+            return torch.exp(-0.5 * r**2)
+        z = math.sqrt(2.0 * nu) * r
+        return _MaternBessel.apply(z, float(nu)) * (2.0 ** (1.0 - nu) / special.gamma(nu))
+
+
+class _RationalQuadratic(_Stationary):
+    def __call__(self, X, Y, theta):
+        alpha = self.values(theta)["alpha"]
+        r2 = self.scaled_distance(X, Y, theta) ** 2
+        return (1.0 + r2 / (2.0 * alpha)) ** (-alpha)
+
+
+class _ExpSineSquared(_Stationary):
+    def __call__(self, X, Y, theta):
+        values = self.values(theta)
+        d = _distance(X, X if Y is None else Y)
+        s = torch.sin(math.pi * d / values["periodicity"]) / values["length_scale"]
+        return torch.exp(-2.0 * s**2)
+
+    def check_n_features(self, n_features):
+        pass
+
+
+class _Constant(_Node):
+    def __call__(self, X, Y, theta):
+        m = X.shape[0] if Y is None else Y.shape[0]
+        c = self.values(theta)["constant_value"]
+        return c * torch.ones(X.shape[0], m, dtype=X.dtype, device=X.device)
+
+    def diag(self, X, theta):
+        return self.values(theta)["constant_value"] * torch.ones(
+            X.shape[0], dtype=X.dtype, device=X.device
+        )
+
+
+class _White(_Node):
+    def __call__(self, X, Y, theta):
+        level = self.values(theta)["noise_level"]
+        if Y is None:
+            return level * torch.eye(X.shape[0], dtype=X.dtype, device=X.device)
+        return torch.zeros(X.shape[0], Y.shape[0], dtype=X.dtype, device=X.device)
+
+    def diag(self, X, theta):
+        return self.values(theta)["noise_level"] * torch.ones(
+            X.shape[0], dtype=X.dtype, device=X.device
+        )
+
+
+class _DotProduct(_Node):
+    def __call__(self, X, Y, theta):
+        sigma_0 = self.values(theta)["sigma_0"]
+        return sigma_0**2 + X @ (X if Y is None else Y).T
+
+    def diag(self, X, theta):
+        return self.values(theta)["sigma_0"] ** 2 + (X**2).sum(1)
+
+
+class _Fallback(_Node):
+    """Any other kernel: evaluated by scikit-learn in numpy."""
+
+    def _theta(self, theta):
+        return theta[self.offset : self.offset + self.n_free]
+
+    def __call__(self, X, Y, theta):
+        return _SklearnKernelFunction.apply(self._theta(theta), X, Y, self.kernel)
+
+    def diag(self, X, theta):
+        kernel = self.kernel.clone_with_theta(self._theta(theta).detach().cpu().numpy())
+        return torch.as_tensor(kernel.diag(X.detach().cpu().numpy()), dtype=X.dtype,
+                               device=X.device)
+
+    def check_n_features(self, n_features):
+        pass
+
+
+class _Sum(_Node):
+    def __init__(self, kernel, offset):
+        super().__init__(kernel, offset)
+        self.k1 = _build(kernel.k1, offset)
+        self.k2 = _build(kernel.k2, offset + self.k1.n_free)
+
+    def __call__(self, X, Y, theta):
+        return self.k1(X, Y, theta) + self.k2(X, Y, theta)
+
+    def diag(self, X, theta):
+        return self.k1.diag(X, theta) + self.k2.diag(X, theta)
+
+    def check_n_features(self, n_features):
+        self.k1.check_n_features(n_features)
+        self.k2.check_n_features(n_features)
+
+
+class _Product(_Sum):
+    def __call__(self, X, Y, theta):
+        return self.k1(X, Y, theta) * self.k2(X, Y, theta)
+
+    def diag(self, X, theta):
+        return self.k1.diag(X, theta) * self.k2.diag(X, theta)
+
+
+class _Exponentiation(_Node):
+    def __init__(self, kernel, offset):
+        super().__init__(kernel, offset)
+        self.base = _build(kernel.kernel, offset)
+
+    def __call__(self, X, Y, theta):
+        return self.base(X, Y, theta) ** self.kernel.exponent
+
+    def diag(self, X, theta):
+        return self.base.diag(X, theta) ** self.kernel.exponent
+
+    def check_n_features(self, n_features):
+        self.base.check_n_features(n_features)
+
+
+_PORTS = [
+    (sk.Sum, _Sum),
+    (sk.Product, _Product),
+    (sk.Exponentiation, _Exponentiation),
+    (sk.Matern, _Matern),  # before RBF: Matern subclasses RBF
+    (sk.RBF, _RBF),
+    (sk.RationalQuadratic, _RationalQuadratic),
+    (sk.ExpSineSquared, _ExpSineSquared),
+    (sk.ConstantKernel, _Constant),
+    (sk.WhiteKernel, _White),
+    (sk.DotProduct, _DotProduct),
+]
+
+
+def _build(kernel, offset):
+    for sk_class, node_class in _PORTS:
+        if type(kernel) is sk_class:
+            return node_class(kernel, offset)
+    return _Fallback(kernel, offset)
+
+
+def _top_level_terms(kernel):
+    """Flatten the top-level sums of a kernel into its summands, left to right."""
+    if isinstance(kernel, sk.Sum):
+        return _top_level_terms(kernel.k1) + _top_level_terms(kernel.k2)
+    return [kernel]
+
+
+def split_white_noise(kernel):
+    """Split a kernel into its signal part and its top-level ``WhiteKernel`` terms.
+
+    Returns
+    -------
+    signal : sklearn kernel or None
+        The sum of the summands that are not ``WhiteKernel`` (None if there are none).
+    noise_level : float
+        The total noise level of the top-level ``WhiteKernel`` summands.
+    """
+    terms = _top_level_terms(kernel)
+    signal = [term for term in terms if not isinstance(term, sk.WhiteKernel)]
+    noise = sum(float(term.noise_level) for term in terms if isinstance(term, sk.WhiteKernel))
+    if not signal:
+        return None, noise
+    out = signal[0]
+    for term in signal[1:]:
+        out = out + term
+    return out, noise
+
+
+class TorchKernel:
+    """Torch evaluator of a scikit-learn kernel as a function of its ``theta``.
+
+    Parameters
+    ----------
+    kernel : sklearn.gaussian_process.kernels.Kernel
+        The kernel; it is read, never modified.
+
+    Notes
+    -----
+    ``K = tk(X, Y=None, theta=None, part="full")`` follows scikit-learn: with ``Y=None``
+    a ``WhiteKernel`` adds its noise on the diagonal, with ``Y`` given it adds nothing.
+    ``part="signal"`` leaves out the top-level ``WhiteKernel`` summands (the noise of a
+    regression model) and ``noise_level(theta)`` returns their total level.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.theta = np.asarray(kernel.theta, dtype=np.float64)
+        self.bounds = kernel.bounds
+        self._terms, offset = [], 0
+        for term in _top_level_terms(kernel):
+            self._terms.append((_build(term, offset), isinstance(term, sk.WhiteKernel)))
+            offset += len(term.theta)
+
+    @property
+    def n_dims(self):
+        return len(self.theta)
+
+    def theta_tensor(self, device="cpu", dtype=torch.float64):
+        return torch.tensor(self.theta, dtype=dtype, device=device)
+
+    def _select(self, part):
+        if part not in ("full", "signal"):
+            raise ValueError(f"part={part!r} must be 'full' or 'signal'.")
+        return [node for node, white in self._terms if part == "full" or not white]
+
+    def _theta(self, X, theta):
+        if theta is None:
+            return self.theta_tensor(X.device, X.dtype)
+        return theta
+
+    def __call__(self, X, Y=None, theta=None, part="full"):
+        theta = self._theta(X, theta)
+        nodes = self._select(part)
+        if not nodes:
+            m = X.shape[0] if Y is None else Y.shape[0]
+            return torch.zeros(X.shape[0], m, dtype=X.dtype, device=X.device)
+        K = nodes[0](X, Y, theta)
+        for node in nodes[1:]:
+            K = K + node(X, Y, theta)
+        return K
+
+    def diag(self, X, theta=None, part="full"):
+        theta = self._theta(X, theta)
+        out = torch.zeros(X.shape[0], dtype=X.dtype, device=X.device)
+        for node in self._select(part):
+            out = out + node.diag(X, theta)
+        return out
+
+    def noise_level(self, theta=None, device="cpu", dtype=torch.float64):
+        """Total level of the top-level ``WhiteKernel`` summands, as a 0-d tensor."""
+        if theta is None:
+            theta = self.theta_tensor(device, dtype)
+        out = torch.zeros((), dtype=theta.dtype, device=theta.device)
+        for node, white in self._terms:
+            if white:
+                out = out + node.values(theta)["noise_level"].sum()
+        return out
+
+    def check_n_features(self, n_features):
+        """Raise ValueError when an anisotropic length scale does not match ``n_features``."""
+        for node, _ in self._terms:
+            node.check_n_features(n_features)
+
+    def differentiable_in_x(self):
+        """Whether every signal node is a torch port (so gradients w.r.t. X exist)."""
+        return not any(_contains_fallback(node) for node in self._select("signal"))
+
+
+def _contains_fallback(node):
+    if isinstance(node, _Fallback):
+        return True
+    children = [getattr(node, name) for name in ("k1", "k2", "base") if hasattr(node, name)]
+    return any(_contains_fallback(child) for child in children)
+
+
+# ------------------------------------------------------------------ spectral terms
+
+
+@dataclass
+class StationaryFactor:
+    """One stationary kernel factor: ``kind`` in {"rbf", "matern", "rq"}."""
+
+    kind: str
+    length_scale: np.ndarray
+    shape: float = math.inf  # Matern nu, or RationalQuadratic alpha
+
+
+@dataclass
+class StationaryTerm:
+    """``variance * prod(factors)``: spectral measure is the convolution of the factors'."""
+
+    variance: float
+    factors: list = field(default_factory=list)
+
+
+@dataclass
+class ConstantTerm:
+    """A constant kernel ``variance``: one feature ``sqrt(variance)``."""
+
+    variance: float
+
+
+@dataclass
+class LinearTerm:
+    """``variance * (sigma_0**2 + x.y)``: the finite features ``sqrt(variance) [sigma_0, x]``."""
+
+    variance: float
+    sigma_0: float
+
+
+def _multiply(a, b, kernel):
+    if isinstance(a, ConstantTerm) and isinstance(b, ConstantTerm):
+        return ConstantTerm(a.variance * b.variance)
+    if isinstance(b, ConstantTerm):
+        a, b = b, a
+    if isinstance(a, ConstantTerm) and isinstance(b, StationaryTerm):
+        return StationaryTerm(a.variance * b.variance, list(b.factors))
+    if isinstance(a, ConstantTerm) and isinstance(b, LinearTerm):
+        return LinearTerm(a.variance * b.variance, b.sigma_0)
+    if isinstance(a, StationaryTerm) and isinstance(b, StationaryTerm):
+        return StationaryTerm(a.variance * b.variance, a.factors + b.factors)
+    raise NotImplementedError(
+        f"Random Fourier features are not available for the product in {kernel}; "
+        "use prior='exact' with sample_y instead."
+    )
+
+
+def spectral_terms(kernel):
+    """Decompose a signal kernel into terms with known feature expansions.
+
+    Sums concatenate terms; products distribute over sums, multiply constants into
+    variances and convolve stationary spectra.  Supported leaves: ``RBF``, ``Matern``,
+    ``RationalQuadratic``, ``ConstantKernel``, ``DotProduct``.
+
+    Raises
+    ------
+    NotImplementedError
+        For any other kernel (``ExpSineSquared``, ``Exponentiation``, ``PairwiseKernel``,
+        a ``WhiteKernel`` inside the signal, ...).
+    """
+    if isinstance(kernel, sk.Sum):
+        return spectral_terms(kernel.k1) + spectral_terms(kernel.k2)
+    if isinstance(kernel, sk.Product):
+        return [
+            _multiply(a, b, kernel)
+            for a in spectral_terms(kernel.k1)
+            for b in spectral_terms(kernel.k2)
+        ]
+    if type(kernel) is sk.ConstantKernel:
+        return [ConstantTerm(float(kernel.constant_value))]
+    if type(kernel) is sk.DotProduct:
+        return [LinearTerm(1.0, float(kernel.sigma_0))]
+    length_scale = np.atleast_1d(np.asarray(getattr(kernel, "length_scale", 1.0), float))
+    if type(kernel) is sk.RBF:
+        return [StationaryTerm(1.0, [StationaryFactor("rbf", length_scale)])]
+    if type(kernel) is sk.Matern:
+        kind = "rbf" if np.isinf(kernel.nu) else "matern"
+        return [StationaryTerm(1.0, [StationaryFactor(kind, length_scale, float(kernel.nu))])]
+    if type(kernel) is sk.RationalQuadratic:
+        return [StationaryTerm(1.0, [StationaryFactor("rq", length_scale, float(kernel.alpha))])]
+    raise NotImplementedError(
+        f"Random Fourier features are not available for {kernel}; use prior='exact' "
+        "with sample_y instead."
+    )
+
+
+def _gamma_unit_mean(shape, size, generator):
+    """Gamma(shape, rate=shape) draws (mean 1), reproducibly from a torch generator."""
+    if shape in (0.5, 1.5, 2.5):
+        # chi-square with 2*shape degrees of freedom, divided by its mean
+        k = int(2 * shape)
+        z = torch.randn(*size, k, generator=generator, dtype=torch.float64)
+        return (z**2).sum(-1) / k
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    rng = np.random.default_rng(seed)
+    return torch.as_tensor(rng.gamma(shape, 1.0 / shape, size=size), dtype=torch.float64)
+
+
+def sample_unit_frequencies(factor, size, n_features, generator):
+    """Draw frequencies of a stationary factor with unit length scale (float64, CPU).
+
+    * RBF: ``omega ~ N(0, I)``;
+    * Matern nu: multivariate Student-t with ``2 nu`` degrees of freedom,
+      ``z / sqrt(g)`` with one ``g ~ Gamma(nu, rate nu)`` per frequency vector;
+    * RationalQuadratic alpha: Gaussian scale mixture ``z * sqrt(tau)``,
+      ``tau ~ Gamma(alpha, rate alpha)``.
+
+    Returns a tensor of shape ``(*size, n_features)``; divide by the length scale to
+    get frequencies in input units.
+    """
+    z = torch.randn(*size, n_features, generator=generator, dtype=torch.float64)
+    if factor.kind == "rbf":
+        return z
+    g = _gamma_unit_mean(factor.shape, tuple(size), generator).unsqueeze(-1)
+    if factor.kind == "matern":
+        return z / torch.sqrt(g)
+    return z * torch.sqrt(g)

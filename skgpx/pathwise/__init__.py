@@ -1,0 +1,6 @@
+"""Pathwise conditioning of Gaussian processes (Wilson et al., 2020)."""
+
+from ._estimator import PathwiseGPSampler
+from ._functions import PathwiseFunctions
+
+__all__ = ["PathwiseFunctions", "PathwiseGPSampler"]

@@ -1,0 +1,185 @@
+"""Posterior function draws in the decoupled basis (Wilson et al., 2020, eq. 13).
+
+.. math::
+
+    (f \\mid \\text{data})_s(x) = \\sum_{i=1}^{F} w_{s,i} \\phi_i(x)
+                             + \\sum_{j=1}^{N} v_{s,j} k(x, c_j)
+
+The first sum is a random-feature prior draw, the second the pathwise update built
+on the canonical basis ``k(., c_j)`` at the training inputs.  Evaluation is linear in
+the number of query points and is chunked over rows so memory stays bounded.
+"""
+
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+from sklearn.utils import check_array
+
+from .._base import rows_per_chunk, state_to_device, to_numpy
+
+
+
+def sklearn_layout(values, squeeze):
+    """(n, S, T) draws -> scikit-learn's ``sample_y`` layout (n, T, S), or (n, S)."""
+    out = values.transpose(1, 2)
+    return out[:, 0, :] if squeeze else out
+
+
+class PathwiseFunctions:
+    """A batch of sample paths ``f_1, ..., f_S`` that can be evaluated anywhere.
+
+    Returned by :meth:`skgpx.PathwiseGPSampler.sample_functions`; do not build it
+    directly.  Calls are pure functions of the stored state: the same path gives the
+    same value at the same point, whichever other points it is evaluated with.
+
+    Attributes
+    ----------
+    n_samples : int
+        Number of sample paths ``S``.
+    n_targets : int
+        Number of targets ``T``.
+    n_features_in_ : int
+        Input dimension.
+    frequencies_ : Tensor of shape (B, P, d) or None
+        Random-feature frequencies in input units (``B = 1`` for a shared basis).
+    prior_weights_ : Tensor of shape (B, F, S * T / B)
+        Weights of the feature part of every path.
+    update_weights_ : Tensor of shape (N, S, T) or None
+        Weights ``v`` of the canonical-basis update (None for prior or weight-space draws).
+    centers_ : Tensor of shape (N, d) or None
+        Centres ``c`` of the update (the training inputs in exact mode).
+    """
+
+    def __init__(self, *, features, prior_weights, kernel, theta, centers, update_weights,
+                 y_mean, y_std, n_samples, n_targets, squeeze, n_features_in, batch_size):
+        self._features = features
+        self._prior_weights = prior_weights
+        self._kernel = kernel
+        self._theta = theta
+        self._centers = centers
+        self._update_weights = update_weights
+        self._y_mean = y_mean
+        self._y_std = y_std
+        self.n_samples = n_samples
+        self.n_targets = n_targets
+        self._squeeze = squeeze
+        self.n_features_in_ = n_features_in
+        self._batch_size = batch_size
+
+    frequencies_ = property(lambda self: self._features.frequencies)
+    prior_weights_ = property(lambda self: self._prior_weights)
+    update_weights_ = property(lambda self: self._update_weights)
+    centers_ = property(lambda self: self._centers)
+
+    @property
+    def device(self):
+        return self._prior_weights.device
+
+    def to(self, device):
+        """Move every stored tensor to ``device`` (in place); returns ``self``."""
+        self.__dict__.update(state_to_device(self.__dict__, device))
+        self._features.to(device)
+        return self
+
+    def __getstate__(self):
+        state = state_to_device(self.__dict__, "cpu")  # feature blocks pickle from the CPU too
+        state["_device"] = str(self.device)
+        return state
+
+    def __setstate__(self, state):
+        device = state.pop("_device", "cpu")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"
+        self.__dict__.update(state)
+        self.to(device)
+
+    def _as_tensor(self, X):
+        if isinstance(X, torch.Tensor):
+            if X.shape[-1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[-1]} features, but these functions "
+                                 f"expect {self.n_features_in_}.")
+            return X.to(self.device, self._prior_weights.dtype), True
+        X = check_array(X, dtype=np.float64, allow_nd=True)
+        if X.shape[-1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[-1]} features, but these functions "
+                             f"expect {self.n_features_in_}.")
+        return torch.tensor(X, dtype=self._prior_weights.dtype, device=self.device), False
+
+    def _latent(self, X):
+        """Normalised latent values at X (n, d): (n, S, T)."""
+        n, S, T = X.shape[0], self.n_samples, self.n_targets
+        prior = self._features(X) @ self._prior_weights  # (B, n, S*T/B)
+        out = prior.transpose(0, 1).reshape(n, S, T)
+        if self._centers is not None:
+            K = self._kernel(X, self._centers, self._theta, part="signal")
+            out = out + (K @ self._update_weights.reshape(K.shape[1], S * T)).reshape(n, S, T)
+        return out
+
+    def _rows_per_chunk(self):
+        B, F, _ = self._prior_weights.shape
+        N = 0 if self._centers is None else self._centers.shape[0]
+        width = B * F + N + self.n_samples * self.n_targets
+        return rows_per_chunk(self._batch_size, width)
+
+    def __call__(self, X):
+        """Evaluate every path at every row of X.
+
+        Parameters
+        ----------
+        X : array-like or Tensor of shape (n_queries, n_features)
+            A torch tensor gives a torch result on the functions' device that is
+            differentiable with respect to X; anything else gives numpy float64.
+
+        Returns
+        -------
+        values : ndarray or Tensor of shape (n_queries, n_samples) or \
+                (n_queries, n_targets, n_samples)
+            The layout of ``GaussianProcessRegressor.sample_y``.
+        """
+        Xt, is_torch = self._as_tensor(X)
+        if Xt.dim() != 2:
+            raise ValueError(f"X must be 2-D (n_queries, n_features); got shape {tuple(Xt.shape)}.")
+        with nullcontext() if is_torch else torch.no_grad():
+            out = sklearn_layout(self.values(Xt), self._squeeze)
+        return out if is_torch else to_numpy(out)
+
+    def values(self, X):
+        """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T)."""
+        step = self._rows_per_chunk()
+        chunks = [self._latent(X[i : i + step]) for i in range(0, X.shape[0], step)]
+        latent = torch.cat(chunks) if chunks else X.new_zeros(0, self.n_samples, self.n_targets)
+        return self._y_mean + self._y_std * latent
+
+    def evaluate_batched(self, Xb):
+        """Evaluate path ``s`` at its own points ``Xb[s]`` (e.g. for Thompson sampling).
+
+        Parameters
+        ----------
+        Xb : array-like or Tensor of shape (n_samples, q, n_features)
+
+        Returns
+        -------
+        values : ndarray or Tensor of shape (n_samples, q) or (n_samples, q, n_targets)
+        """
+        Xt, is_torch = self._as_tensor(Xb)
+        S, T = self.n_samples, self.n_targets
+        if Xt.dim() != 3 or Xt.shape[0] != S:
+            raise ValueError(f"Xb must have shape (n_samples={S}, q, n_features); "
+                             f"got {tuple(Xt.shape)}.")
+        with nullcontext() if is_torch else torch.no_grad():
+            phi = self._features(Xt)  # (S, q, F)
+            W = self._prior_weights
+            if W.shape[0] == 1:
+                out = torch.einsum("sqf,fst->sqt", phi, W[0].reshape(W.shape[1], S, T))
+            else:
+                out = torch.einsum("sqf,sft->sqt", phi, W)
+            if self._centers is not None:
+                q = Xt.shape[1]
+                K = self._kernel(Xt.reshape(S * q, -1), self._centers, self._theta,
+                                 part="signal").reshape(S, q, -1)
+                out = out + torch.einsum("sqn,nst->sqt", K, self._update_weights)
+            out = self._y_mean + self._y_std * out
+            if self._squeeze:
+                out = out[..., 0]
+        return out if is_torch else to_numpy(out)

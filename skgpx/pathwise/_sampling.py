@@ -1,0 +1,133 @@
+"""Building posterior draws: Matheron's rule, the weight-space baseline, the exact prior.
+
+Matheron's rule (Wilson et al., 2020, eq. 5 and 8) for the exact GP, per path ``s``:
+
+.. math::
+
+    f_s \\sim GP(0, k), \\quad \\varepsilon_s \\sim N(0, \\Sigma_\\varepsilon), \\quad
+    v_s = K_A^{-1} (y - f_s(X) - \\varepsilon_s), \\quad
+    (f \\mid y)_s(\\cdot) = f_s(\\cdot) + k(\\cdot, X) v_s.
+
+One Cholesky factor of ``K_A`` (computed in ``fit``) serves every path and target.
+Random draws come from one CPU generator in a fixed order: frequencies (and phases),
+prior weights ``W``, noise ``eps``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from .._base import rows_per_chunk
+from ..linalg import cholesky_solve, jittered_cholesky
+from ._features import draw_random_features
+from ._functions import PathwiseFunctions
+
+
+@dataclass
+class Posterior:
+    """Everything a draw needs, prior (``X is None``) or fitted; tensors on one device."""
+
+    kernel: object  # TorchKernel of the full kernel
+    signal_kernel: object  # sklearn kernel without its top-level WhiteKernel terms
+    theta: torch.Tensor
+    X: torch.Tensor = None  # (n, d) training inputs
+    Y: torch.Tensor = None  # (n, T) normalised targets
+    L: torch.Tensor = None  # chol(K_A)
+    noise_var: torch.Tensor = None  # (n,) alpha + white noise: the diagonal of Sigma_eps
+    y_mean: torch.Tensor = None  # (T,)
+    y_std: torch.Tensor = None  # (T,)
+    n_targets: int = 1
+    squeeze: bool = True
+    n_features_in: int = 1
+
+    def normal(self, shape, generator):
+        """Standard normal draws on the CPU generator, moved to the posterior's device."""
+        z = torch.randn(*shape, generator=generator, dtype=torch.float64)
+        return z.to(self.theta.device, self.theta.dtype)
+
+
+def _prior_at(features, W, X, n_samples, n_targets, batch_size):
+    """Prior path values ``phi(X) W`` at the training inputs: (n, S, T), row-chunked."""
+    B, F, _ = W.shape
+    step = rows_per_chunk(batch_size, B * F)
+    parts = [(features(X[i : i + step]) @ W).transpose(0, 1)
+             for i in range(0, X.shape[0], step)]
+    return torch.cat(parts).reshape(X.shape[0], n_samples, n_targets)
+
+
+def _weight_space(features, W, eps, post):
+    """Posterior weights of Bayesian linear regression on the random features (§2.7).
+
+    Primal (``F < n``): ``w = mu + L_A^{-T} z`` with ``A = Phi^T S^{-1} Phi + I``.
+    Dual (``F >= n``): ``w = z + Phi^T (Phi Phi^T + S)^{-1} (y - Phi z - eps)``.
+    ``z`` are the prior weights ``W`` of shape (B, F, K); both give the same Gaussian.
+    This baseline holds ``phi(X)`` for every basis at once: (B, n, F).
+    """
+    B, F, K = W.shape
+    n, T = post.Y.shape
+    Yk = post.Y.repeat(1, K // T)  # column k of the weights belongs to target k % T
+    phi = features(post.X)
+    if F < n:
+        scaled = phi / post.noise_var[:, None]
+        A = phi.transpose(1, 2) @ scaled
+        A.diagonal(dim1=1, dim2=2).add_(1.0)
+        L_A, _ = jittered_cholesky(A, name="weight-space precision matrix")
+        mu = cholesky_solve(L_A, scaled.transpose(1, 2) @ Yk)
+        return mu + torch.linalg.solve_triangular(L_A.transpose(1, 2), W, upper=True)
+    G = phi @ phi.transpose(1, 2)
+    G.diagonal(dim1=1, dim2=2).add_(post.noise_var)
+    L_G, _ = jittered_cholesky(G, name="weight-space Gram matrix")
+    e = eps.reshape(n, K) if B == 1 else eps.permute(1, 0, 2)  # match W's columns
+    return W + phi.transpose(1, 2) @ cholesky_solve(L_G, Yk - phi @ W - e)
+
+
+def draw_functions(post, n_samples, generator, *, n_features, feature_map, shared_basis,
+                   method, batch_size):
+    """Draw ``n_samples`` function paths from ``post`` (prior if ``post.X`` is None)."""
+    S, T, d = n_samples, post.n_targets, post.n_features_in
+    B = 1 if shared_basis else S
+    dtype, device = post.theta.dtype, post.theta.device
+    shift = post.X.mean(0) if post.X is not None else torch.zeros(d, dtype=dtype, device=device)
+    features = draw_random_features(post.signal_kernel, n_features, feature_map, B, d, shift,
+                                    generator, dtype, device)
+    W = post.normal((B, features.n_features(d), S * T // B), generator)
+    centers = update = None
+    if post.X is not None:
+        n = post.X.shape[0]
+        eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
+        if method == "pathwise":
+            f_X = _prior_at(features, W, post.X, S, T, batch_size)
+            residual = (post.Y[:, None, :] - f_X - eps).reshape(n, S * T)
+            update = cholesky_solve(post.L, residual).reshape(n, S, T)
+            centers = post.X
+        else:
+            W = _weight_space(features, W, eps, post)
+    return PathwiseFunctions(
+        features=features, prior_weights=W, kernel=post.kernel, theta=post.theta,
+        centers=centers, update_weights=update, y_mean=post.y_mean, y_std=post.y_std,
+        n_samples=S, n_targets=T, squeeze=post.squeeze, n_features_in=d,
+        batch_size=batch_size,
+    )
+
+
+def draw_exact(post, Xq, n_samples, generator, jitter):
+    """Exact draws at ``Xq`` via the joint prior over ``[X; Xq]`` (§2.6): (n*, S, T).
+
+    ``O((n + n*)^3)``; the joint prior covariance always gets ``jitter * mean(diag)``.
+    """
+    S, T = n_samples, post.n_targets
+    Z = Xq if post.X is None else torch.cat([post.X, Xq])
+    K = post.kernel(Z, part="signal")
+    scale = float(K.diagonal().mean().abs()) or 1.0
+    L_joint, _ = jittered_cholesky(K, base_jitter=jitter * scale, jitter=max(jitter, 1e-12),
+                                   name="joint prior covariance")
+    f = (L_joint @ post.normal((Z.shape[0], S * T), generator)).reshape(-1, S, T)
+    if post.X is None:
+        return post.y_mean + post.y_std * f
+    n = post.X.shape[0]
+    eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
+    residual = (post.Y[:, None, :] - f[:n] - eps).reshape(n, S * T)
+    V = cholesky_solve(post.L, residual)
+    cross = post.kernel(Xq, post.X, part="signal")
+    return post.y_mean + post.y_std * (f[n:] + (cross @ V).reshape(-1, S, T))
+

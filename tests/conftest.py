@@ -1,0 +1,29 @@
+"""Test-session set-up: array-API mode for scipy, one thread per process, the gpu marker."""
+import os
+
+# scipy reads this once, when its array-API helpers are first imported; it must be set before
+# anything (sklearn included) imports scipy, or sklearn's array-API checks skip silently.
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
+
+import pytest  # noqa: E402
+import threadpoolctl  # noqa: E402
+import torch  # noqa: E402
+
+# One thread per process: parallelism comes from `pytest -n 2`. Oversubscribed BLAS/OpenMP
+# threads on a small machine make the estimator checks many times slower.
+torch.set_num_threads(1)
+_THREAD_LIMITS = threadpoolctl.threadpool_limits(1)  # kept alive for the whole session
+
+
+def pytest_configure(config):
+    # Markers are declared in setup.cfg; nothing to add here.
+    pass
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="CUDA not available")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
