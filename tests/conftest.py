@@ -15,11 +15,6 @@ torch.set_num_threads(1)
 _THREAD_LIMITS = threadpoolctl.threadpool_limits(1)  # kept alive for the whole session
 
 
-def pytest_configure(config):
-    # Markers are declared in setup.cfg; nothing to add here.
-    pass
-
-
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

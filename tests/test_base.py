@@ -1,0 +1,98 @@
+"""Device, dtype, seed and pickling plumbing of the torch estimator mixin."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import BaseEstimator
+
+from skgpx._base import (
+    TorchEstimatorMixin,
+    cpu_generator,
+    draw_seed,
+    progress_bar,
+    resolve_device,
+    resolve_dtype,
+    rows_per_chunk,
+    to_numpy,
+)
+
+
+class _Toy(TorchEstimatorMixin, BaseEstimator):
+    def __init__(self, device="auto", dtype="float64"):
+        self.device = device
+        self.dtype = dtype
+
+
+def test_resolve_device():
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto") == expected
+    assert resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="not understood"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available; use device='auto'"):
+            resolve_device("cuda:0")
+
+
+def test_resolve_dtype():
+    assert resolve_dtype("float64") is torch.float64
+    assert resolve_dtype("float32") is torch.float32
+    with pytest.raises(ValueError, match="'float64' or 'float32'"):
+        resolve_dtype("float16")
+
+
+def test_draw_seed_and_generator_are_reproducible():
+    assert draw_seed(7) == 7
+    assert draw_seed(np.random.RandomState(3)) == draw_seed(np.random.RandomState(3))
+    a = torch.randn(4, generator=cpu_generator(5))
+    b = torch.randn(4, generator=cpu_generator(5))
+    assert torch.equal(a, b)
+
+
+def test_tensor_copy_never_aliases_user_data():
+    toy = _Toy()
+    data = np.arange(6.0).reshape(3, 2)
+    data.setflags(write=False)  # read-only input, like a memmap
+    t = toy._as_tensor(data, "cpu", torch.float64)
+    t += 1
+    np.testing.assert_array_equal(data, np.arange(6.0).reshape(3, 2))
+    assert to_numpy(t).dtype == np.float64
+
+
+def test_pickle_moves_tensors_through_the_cpu():
+    toy = _Toy()
+    toy.device_ = "cpu"
+    toy._state = torch.arange(3.0)
+    clone = pickle.loads(pickle.dumps(toy))
+    assert torch.equal(clone._state, toy._state) and clone.device_ == "cpu"
+
+
+def test_cuda_fit_loads_on_cpu_with_a_warning():
+    toy = _Toy()
+    state = {"device": "auto", "dtype": "float64", "device_": "cuda:0",
+             "_state": torch.arange(3.0)}
+    if torch.cuda.is_available():
+        toy.__setstate__(state)
+        assert toy._state.device.type == "cuda"
+    else:
+        with pytest.warns(UserWarning, match="CUDA is not available"):
+            toy.__setstate__(state)
+        assert toy.device_ == "cpu" and toy._state.device.type == "cpu"
+
+
+def test_rows_per_chunk_bounds_memory():
+    assert rows_per_chunk(8192, 10) == 8192
+    assert rows_per_chunk(8192, 2**20) == 32  # 2**25 elements / 2**20 columns
+    assert rows_per_chunk(8192, 2**30) == 1
+
+
+def test_progress_bar_is_silent_at_verbose_zero(capfd):
+    with progress_bar(0, "x", total=3) as bar:
+        bar.update()
+        bar.set_postfix(a=1)
+    assert capfd.readouterr() == ("", "")
+    with progress_bar(1, "fitting", total=2) as bar:
+        bar.update()
+    assert "fitting" in capfd.readouterr().err

@@ -1,0 +1,18 @@
+"""The numpydoc examples of the public modules run as doctests."""
+
+import doctest
+import importlib
+
+import pytest
+
+# module -> does it carry examples (every estimator must)
+MODULES = {"skgpx.pathwise._estimator": True, "skgpx.datasets": False, "skgpx.kernels": False,
+           "skgpx.linalg": False}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    if MODULES[name]:
+        assert result.attempted > 0

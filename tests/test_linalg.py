@@ -1,0 +1,79 @@
+"""Jittered Cholesky, solves and log-determinants against numpy/scipy."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+
+from skgpx.linalg import (
+    NotPositiveDefiniteError,
+    cholesky_solve,
+    jittered_cholesky,
+    logdet_from_cholesky,
+    solve_lower,
+)
+
+RNG = np.random.RandomState(0)
+A = RNG.randn(6, 6)
+SPD = A @ A.T + 6 * np.eye(6)
+B = RNG.randn(6, 3)
+
+
+def test_positive_definite_matrix_gets_no_jitter(recwarn):
+    L, extra = jittered_cholesky(torch.tensor(SPD))
+    assert extra == 0.0 and not recwarn.list
+    np.testing.assert_allclose(L.numpy(), np.linalg.cholesky(SPD), atol=1e-12)
+
+
+def test_input_is_not_modified():
+    matrix = torch.tensor(np.ones((4, 4)))  # rank one: needs jitter
+    before = matrix.clone()
+    with pytest.warns(UserWarning, match="jitter"):
+        jittered_cholesky(matrix)
+    assert torch.equal(matrix, before)
+
+
+def test_singular_matrix_escalates_and_warns():
+    v = RNG.randn(5, 2)
+    singular = torch.tensor(v @ v.T)  # rank 2
+    with pytest.warns(UserWarning, match=r"added a jitter of .* of its mean diagonal"):
+        L, extra = jittered_cholesky(singular, jitter=1e-8)
+    scale = float(singular.diagonal().mean())
+    ratio = extra / scale
+    # the jitter is one of the escalation steps 1e-8, 1e-7, ..., 1e-3
+    assert 1e-8 <= ratio <= 1e-3
+    assert np.isclose(np.log10(ratio), np.round(np.log10(ratio)))
+    np.testing.assert_allclose((L @ L.T).numpy(), singular.numpy() + extra * np.eye(5),
+                               atol=1e-10)
+
+
+def test_base_jitter_is_always_added():
+    L, extra = jittered_cholesky(torch.tensor(SPD), base_jitter=0.5)
+    assert extra == 0.0
+    np.testing.assert_allclose((L @ L.T).numpy(), SPD + 0.5 * np.eye(6), atol=1e-10)
+
+
+def test_hopeless_matrix_raises_linalg_error_with_advice():
+    indefinite = torch.tensor(np.diag([1.0, -1.0, 1.0]))
+    with pytest.raises(np.linalg.LinAlgError, match="not positive definite.*noise"):
+        jittered_cholesky(indefinite)
+    with pytest.raises(NotPositiveDefiniteError, match="try something"):
+        jittered_cholesky(indefinite, jitter=0.0, advice="try something")
+
+
+def test_non_finite_matrix_raises():
+    bad = torch.tensor(SPD.copy())
+    bad[0, 1] = np.nan
+    with pytest.raises(NotPositiveDefiniteError, match="NaN or infinite"):
+        jittered_cholesky(bad)
+
+
+def test_solves_and_logdet():
+    L = torch.tensor(np.linalg.cholesky(SPD))
+    np.testing.assert_allclose(cholesky_solve(L, torch.tensor(B)).numpy(),
+                               np.linalg.solve(SPD, B), atol=1e-12)
+    np.testing.assert_allclose(solve_lower(L, torch.tensor(B)).numpy(),
+                               scipy.linalg.solve_triangular(L.numpy(), B, lower=True),
+                               atol=1e-12)
+    np.testing.assert_allclose(float(logdet_from_cholesky(L)), np.linalg.slogdet(SPD)[1],
+                               rtol=1e-12)
