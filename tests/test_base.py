@@ -84,7 +84,8 @@ def test_cuda_fit_loads_on_cpu_with_a_warning():
 
 def test_rows_per_chunk_bounds_memory():
     assert rows_per_chunk(8192, 10) == 8192
-    assert rows_per_chunk(8192, 2**20) == 32  # 2**25 elements / 2**20 columns
+    assert rows_per_chunk(8192, 2**15) == 32  # 2**20 elements / 2**15 columns on the CPU
+    assert rows_per_chunk(8192, 2**15, "cuda:0") == 1024  # 2**25 elements on a GPU
     assert rows_per_chunk(8192, 2**30) == 1
 
 

@@ -25,6 +25,7 @@ from ..kernels import TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
 from ._exact import (
     clip_negative_variance,
+    lml_from_factor,
     log_marginal_likelihood,
     predictive_cov,
     predictive_mean_var,
@@ -285,9 +286,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             kernel._check_bounds_params()
             torch_kernel = TorchKernel(kernel)
         else:
-            lml = log_marginal_likelihood(torch_kernel, torch_kernel.theta_tensor(device, dtype),
-                                          X_t, Y_t, alpha_t)
-            history.append(-lml)
+            lml = None  # from the factorisation below
 
         theta_t = torch_kernel.theta_tensor(device, dtype)
         with torch.no_grad():
@@ -299,6 +298,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             )
             signal, white = split_white_noise(kernel)
             noise_var = alpha_t + white
+            a = cholesky_solve(L, Y_t)
+        if lml is None:
+            # as scikit-learn: -inf when the matrix as given is not positive definite
+            lml = -np.inf if jitter else lml_from_factor(L, Y_t, a)
+            history.append(-lml)
 
         self.kernel_ = kernel
         self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
@@ -313,7 +317,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.device_, self.dtype_ = device, self.dtype
         self._torch_kernel, self._theta = torch_kernel, theta_t
         self._X, self._Y, self._L, self._noise_var = X_t, Y_t, L, noise_var
-        self._a = cholesky_solve(L, Y_t)
+        self._a = a
         self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
         self._sample_seed = draw_seed(rng)
         return self

@@ -53,16 +53,22 @@ def log_marginal_likelihood(kernel, theta, X, Y, alpha, eval_gradient=False):
     if int(info) != 0 or not bool(torch.isfinite(L).all()):
         return (-np.inf, np.zeros(theta.shape[0])) if eval_gradient else -np.inf
     a = cholesky_solve(L, Y)
+    lml = lml_from_factor(L, Y, a)
+    if not eval_gradient:
+        return lml
+    if theta.shape[0] == 0:
+        return lml, np.zeros(0)
+    W = a @ a.T - Y.shape[1] * torch.cholesky_inverse(L)
+    (0.5 * (W * K).sum()).backward()
+    return lml, theta.grad.detach().cpu().numpy().astype(np.float64)
+
+
+def lml_from_factor(L, Y, a):
+    """Log marginal likelihood from ``L = chol(K_A)`` and ``a = K_A^{-1} Y``, summed over targets."""
     n, n_targets = Y.shape
     lml = (-0.5 * (Y * a).sum() - 0.5 * n_targets * logdet_from_cholesky(L)
            - 0.5 * n * n_targets * math.log(2 * math.pi))
-    if not eval_gradient:
-        return float(lml)
-    if theta.shape[0] == 0:
-        return float(lml), np.zeros(0)
-    W = a @ a.T - n_targets * torch.cholesky_inverse(L)
-    (0.5 * (W * K).sum()).backward()
-    return float(lml), theta.grad.detach().cpu().numpy().astype(np.float64)
+    return float(lml)
 
 
 def predictive_mean_var(cross, prior_diag, L, a, Xq, batch_size, want_var):
@@ -82,7 +88,7 @@ def predictive_mean_var(cross, prior_diag, L, a, Xq, batch_size, want_var):
     mean : Tensor (n*, T)
     var : Tensor (n*,) or None
     """
-    step = rows_per_chunk(batch_size, L.shape[0])
+    step = rows_per_chunk(batch_size, L.shape[0], L.device)
     means, variances = [], []
     for start in range(0, Xq.shape[0], step):
         Xc = Xq[start : start + step]

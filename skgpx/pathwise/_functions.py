@@ -120,7 +120,7 @@ class PathwiseFunctions:
         B, F, _ = self._prior_weights.shape
         N = 0 if self._centers is None else self._centers.shape[0]
         width = B * F + N + self.n_samples * self.n_targets
-        return rows_per_chunk(self._batch_size, width)
+        return rows_per_chunk(self._batch_size, width, self.device)
 
     def __call__(self, X):
         """Evaluate every path at every row of X.

@@ -49,7 +49,7 @@ class Posterior:
 def _prior_at(features, W, X, n_samples, n_targets, batch_size):
     """Prior path values ``phi(X) W`` at the training inputs: (n, S, T), row-chunked."""
     B, F, _ = W.shape
-    step = rows_per_chunk(batch_size, B * F)
+    step = rows_per_chunk(batch_size, B * F, X.device)
     parts = [(features(X[i : i + step]) @ W).transpose(0, 1)
              for i in range(0, X.shape[0], step)]
     return torch.cat(parts).reshape(X.shape[0], n_samples, n_targets)
