@@ -146,7 +146,7 @@ class TorchEstimatorMixin:
 
     def _as_tensor(self, array, device, dtype):
         """Copy a numpy array into a new tensor; user data is never aliased."""
-        return torch.tensor(np.asarray(array), dtype=dtype, device=device)
+        return torch.tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
 
     def __getstate__(self):
         return state_to_device(super().__getstate__(), "cpu")
@@ -174,7 +174,7 @@ class _SilentBar:
     def set_postfix(self, **kwargs):
         pass
 
-    def write(self, message):
+    def write(self, message, file=None):
         pass
 
     def close(self):

@@ -1,5 +1,6 @@
 """PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws."""
 
+import sys
 import warnings
 from numbers import Integral, Real
 
@@ -372,7 +373,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 theta, fmin = self._constrained_optimization(obj_func, theta0, bounds, bar)
                 optima.append((theta, fmin))
                 if self.verbose >= 2:
-                    bar.write(f"run {run}: neg log marginal likelihood {fmin:.6g}")
+                    bar.write(f"run {run}: neg log marginal likelihood {fmin:.6g}", file=sys.stderr)
         best = int(np.argmin([fmin for _, fmin in optima]))
         return optima[best][0], -optima[best][1]
 
@@ -570,7 +571,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             If the kernel has no random-feature expansion (use ``prior="exact"``
             with :meth:`sample_y`).
         """
-        check_is_fitted(self)
+        check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
         post = self._posterior(self.n_features_in_)
         generator = cpu_generator(self._seed(random_state))
         with torch.no_grad():
@@ -597,7 +598,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        check_is_fitted(self)
+        check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
         theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self._X.dtype,
                                 device=self._X.device)
         alpha = self._noise_var - self._torch_kernel.noise_level(self._theta)

@@ -104,6 +104,7 @@ class PathwiseFunctions:
         if X.shape[-1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[-1]} features, but these functions "
                              f"expect {self.n_features_in_}.")
+        X = np.ascontiguousarray(X)  # torch refuses negative strides
         return torch.tensor(X, dtype=self._prior_weights.dtype, device=self.device), False
 
     def _latent(self, X):

@@ -1,0 +1,217 @@
+"""Posterior function draws (spec §3 and §6 items 8 and 9): consistency, reproducibility,
+devices, pickling, the link to ``sample_y`` and differentiability."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.gaussian_process.kernels import ConstantKernel, Matern
+
+from skgpx import PathwiseFunctions, PathwiseGPSampler
+
+from ._oracles import NOISE, full_kernel, query_points, sine_data
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+# draw configurations: every way of building a draw
+CONFIGS = {
+    "shared": dict(),
+    "independent": dict(shared_basis=False, n_features=64),
+    "cosine": dict(feature_map="cosine", n_features=101),
+    "weight-space": dict(method="weight_space", n_features=64),
+}
+
+
+def _three_targets():
+    X, y = sine_data()
+    rng = np.random.RandomState(3)
+    Y = np.column_stack([y, np.cos(X[:, 0]) + 0.3 * rng.standard_normal(30), 2.0 * y + 4.0])
+    return X, Y
+
+
+def _fitted(config="shared", targets=1, name="matern52", device="cpu", **params):
+    X, y = sine_data() if targets == 1 else _three_targets()
+    est = PathwiseGPSampler(full_kernel(name), optimizer=None, predict_noise="latent",
+                            normalize_y=targets > 1, device=device,
+                            **{**CONFIGS[config], **params})
+    return est.fit(X, y)
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_draws_are_consistent_functions(config, targets):
+    Xq = query_points()
+    X1, X2 = Xq[::2], Xq[1::2]
+    est = _fitted(config, targets)
+    f = est.sample_functions(n_samples=6, random_state=0)
+    assert isinstance(f, PathwiseFunctions)
+    assert (f.n_samples, f.n_targets, f.n_features_in_) == (6, targets, 1)
+    values = f(Xq)
+    assert values.shape == ((40, 6) if targets == 1 else (40, 3, 6))
+    assert values.dtype == np.float64
+    np.testing.assert_array_equal(values, f(Xq))  # a draw is a pure function of its state
+    # subsets and order: the same path gives the same value at the same point
+    union = f(np.vstack([X1, X2]))
+    np.testing.assert_allclose(union[:20], f(X1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(union[20:], f(X2), rtol=0, atol=1e-12)
+    reversed_rows = np.ascontiguousarray(Xq[::-1])  # strided views: test_contract.py
+    np.testing.assert_allclose(f(reversed_rows)[::-1], values, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(f(Xq[7:8]), values[7:8], rtol=0, atol=1e-12)
+    # row chunking is invisible
+    chunked = est.set_params(batch_size=7).sample_functions(n_samples=6, random_state=0)
+    np.testing.assert_allclose(chunked(Xq), values, rtol=0, atol=1e-12)
+    # evaluate_batched: path s at its own points Xb[s]
+    Xb = np.random.RandomState(4).uniform(-1.0, 5.0, size=(6, 5, 1))
+    batched = f.evaluate_batched(Xb)
+    assert batched.shape == ((6, 5) if targets == 1 else (6, 5, 3))
+    for s in range(6):
+        np.testing.assert_allclose(batched[s], f(Xb[s])[..., s], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_sample_y_equals_sample_functions(config):
+    # §3: with prior="rff" and latent noise, sample_y(X, S, r) == sample_functions(S, r)(X)
+    # bit for bit (same generator stream, same order of draws).
+    Xq = query_points()
+    for targets in (1, 3):
+        est = _fitted(config, targets)
+        np.testing.assert_array_equal(est.sample_y(Xq, n_samples=5, random_state=11),
+                                      est.sample_functions(5, random_state=11)(Xq))
+
+
+def test_sample_y_without_white_kernel_equals_functions_under_sklearn_noise():
+    # No WhiteKernel: predict_noise="sklearn" adds nothing (alpha is training-only).
+    X, y = sine_data()
+    Xq = query_points()
+    est = PathwiseGPSampler(ConstantKernel(1.0, "fixed") * Matern(0.5, "fixed", nu=1.5),
+                            alpha=NOISE, optimizer=None, device="cpu").fit(X, y)
+    np.testing.assert_array_equal(est.sample_y(Xq, 5, random_state=2),
+                                  est.sample_functions(5, random_state=2)(Xq))
+
+
+@pytest.mark.parametrize("predict_noise, alpha, noise_var", [
+    ("sklearn", 0.05, NOISE),          # WhiteKernel noise in, alpha out
+    ("observed", 0.05, NOISE + 0.05),  # WhiteKernel noise plus a scalar alpha
+    ("observed", "array", NOISE),      # an alpha array adds nothing at new inputs
+])
+def test_sample_y_adds_the_documented_observation_noise(predict_noise, alpha, noise_var):
+    # sample_y = latent function draw + independent noise of variance noise_var * s_y^2
+    # (normalize_y on, s_y = std(y)).  With N = 40 * 500 values the sample variance of the
+    # difference has standard error noise_var * s_y^2 * sqrt(2 / N); allow k = 5, and the
+    # sample mean k = 5 standard errors.
+    X, y = sine_data()
+    Xq = query_points()
+    if alpha == "array":
+        alpha = np.random.RandomState(5).uniform(0.01, 0.1, 30)
+    est = PathwiseGPSampler(full_kernel("rbf"), alpha=alpha, normalize_y=True, optimizer=None,
+                            predict_noise=predict_noise, device="cpu").fit(X, y)
+    diff = est.sample_y(Xq, 500, random_state=3) - est.sample_functions(500, 3)(Xq)
+    target = noise_var * y.std() ** 2
+    n = diff.size
+    assert abs(diff.var() - target) <= 5 * target * np.sqrt(2.0 / n), (diff.var(), target)
+    assert abs(diff.mean()) <= 5 * np.sqrt(target / n)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_random_state_controls_draws(config):
+    Xq = query_points()
+    est = _fitted(config)
+    a = est.sample_functions(4, random_state=0)(Xq)
+    np.testing.assert_array_equal(a, est.sample_functions(4, random_state=0)(Xq))
+    assert np.abs(a - est.sample_functions(4, random_state=1)(Xq)).min() > 0
+    np.testing.assert_array_equal(est.sample_y(Xq, 4, random_state=0),
+                                  est.sample_y(Xq, 4, random_state=0))
+    assert np.abs(est.sample_y(Xq, 4, random_state=0)
+                  - est.sample_y(Xq, 4, random_state=1)).min() > 0
+    # a RandomState instance seeds reproducibly too
+    np.testing.assert_array_equal(est.sample_y(Xq, 4, np.random.RandomState(9)),
+                                  est.sample_y(Xq, 4, np.random.RandomState(9)))
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_pickled_functions_give_identical_values(config):
+    Xq = query_points()
+    f = _fitted(config, targets=3).sample_functions(5, random_state=4)
+    g = pickle.loads(pickle.dumps(f))
+    np.testing.assert_array_equal(g(Xq), f(Xq))
+    Xb = np.random.RandomState(6).uniform(-1.0, 5.0, size=(5, 3, 1))
+    np.testing.assert_array_equal(g.evaluate_batched(Xb), f.evaluate_batched(Xb))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_draws_agree_across_devices(config, device):
+    # Draws come from a CPU generator and then move, so any device reproduces the CPU
+    # values (1e-10); .to(device) moves a draw without changing it.
+    Xq = query_points()
+    reference = _fitted(config, targets=3, device="cpu")
+    est = _fitted(config, targets=3, device=device)
+    assert est.device_ == device
+    f = est.sample_functions(5, random_state=4)
+    assert f.device.type == torch.device(device).type
+    expected = reference.sample_functions(5, random_state=4)(Xq)
+    np.testing.assert_allclose(f(Xq), expected, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(est.sample_y(Xq, 5, random_state=4),
+                               reference.sample_y(Xq, 5, random_state=4), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(est.predict(Xq), reference.predict(Xq), rtol=0, atol=1e-10)
+    Xt = torch.tensor(Xq, device=device)
+    assert f(Xt).device.type == torch.device(device).type
+    np.testing.assert_allclose(f.to("cpu")(Xq), expected, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(f.to(device)(Xq), expected, rtol=0, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_gpu_fit_reloads_on_cpu_without_cuda(monkeypatch):
+    Xq = query_points()
+    est = _fitted("shared", device="cuda")
+    expected = est.predict(Xq, return_std=True)
+    draws = est.sample_y(Xq, 3, random_state=0)
+    blob = pickle.dumps(est)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        loaded = pickle.loads(blob)
+    assert loaded.device_ == "cpu"
+    np.testing.assert_allclose(loaded.predict(Xq, return_std=True), expected, atol=1e-10)
+    np.testing.assert_allclose(loaded.sample_y(Xq, 3, random_state=0), draws, atol=1e-10)
+
+
+def _away_from_training(n, seed):
+    """n query points at least 0.02 from every training input."""
+    X, _ = sine_data()
+    rng = np.random.RandomState(seed)
+    points = []
+    while len(points) < n:
+        x = rng.uniform(-0.5, 4.5)
+        if np.abs(X[:, 0] - x).min() > 0.02:
+            points.append(x)
+    return np.array(points)[:, None]
+
+
+@pytest.mark.parametrize("config", ["shared", "independent"])
+@pytest.mark.parametrize("targets", [1, 3])
+@pytest.mark.parametrize("name", ["rbf", "matern52"])
+def test_functions_pass_gradcheck(name, targets, config):
+    f = _fitted(config, targets, name=name).sample_functions(3, random_state=5)
+    Xt = torch.tensor(_away_from_training(5, seed=0), dtype=torch.float64, requires_grad=True)
+    out = f(Xt)
+    assert isinstance(out, torch.Tensor) and out.requires_grad
+    np.testing.assert_allclose(out.detach().numpy(), f(Xt.detach().numpy()), atol=1e-12)
+    assert torch.autograd.gradcheck(f, (Xt,), eps=1e-6, atol=1e-5, rtol=1e-4)
+    Xb = torch.tensor(_away_from_training(6, seed=1).reshape(3, 2, 1), requires_grad=True)
+    assert torch.autograd.gradcheck(f.evaluate_batched, (Xb,), eps=1e-6, atol=1e-5,
+                                    rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["matern12", "matern32"])
+def test_gradient_is_finite_at_a_training_input(name):
+    # sqrt(r^2) has an infinite derivative at r = 0; the update term must not turn that
+    # into NaN at a query point that coincides with a centre (§8).
+    est = _fitted("shared", name=name)
+    f = est.sample_functions(3, random_state=6)
+    Xt = torch.tensor(est.X_train_[:4], requires_grad=True)
+    f(Xt).sum().backward()
+    assert torch.isfinite(Xt.grad).all()
+    Xb = torch.tensor(est.X_train_[:6].reshape(3, 2, 1), requires_grad=True)
+    f.evaluate_batched(Xb).sum().backward()
+    assert torch.isfinite(Xb.grad).all()
