@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy import special
+from scipy import special, stats
 from sklearn.gaussian_process import kernels as sk
 
 __all__ = [
@@ -509,7 +509,24 @@ def _gamma_unit_mean(shape, size, generator):
     return torch.as_tensor(rng.gamma(shape, 1.0 / shape, size=size), dtype=torch.float64)
 
 
-def sample_unit_frequencies(factor, size, n_features, generator):
+def _stratified_radii(factor, size, n_features, generator):
+    """Radii ``|omega|`` by inverse CDF of stratified uniforms, one stratum per frequency.
+
+    Along the last axis of ``size`` the uniforms are ``(pi_j + U_j) / P`` for a random
+    permutation ``pi``: each radius keeps its exact marginal law (so the kernel estimate
+    stays unbiased) while the set covers the radial distribution evenly.
+    """
+    P = size[-1]
+    order = torch.rand(*size, generator=generator, dtype=torch.float64).argsort(dim=-1)
+    u = ((order + torch.rand(*size, generator=generator, dtype=torch.float64)) / P).numpy()
+    if factor.kind == "rbf":  # |omega|^2 ~ chi^2_d
+        r2 = stats.chi2.ppf(u, n_features)
+    else:  # Matern: |omega|^2 / d ~ F(d, 2 nu)
+        r2 = n_features * stats.f.ppf(u, n_features, 2.0 * factor.shape)
+    return torch.as_tensor(np.sqrt(r2), dtype=torch.float64).unsqueeze(-1)
+
+
+def sample_unit_frequencies(factor, size, n_features, generator, stratified=False):
     """Draw frequencies of a stationary factor with unit length scale (float64, CPU).
 
     * RBF: ``omega ~ N(0, I)``;
@@ -518,10 +535,18 @@ def sample_unit_frequencies(factor, size, n_features, generator):
     * RationalQuadratic alpha: Gaussian scale mixture ``z * sqrt(tau)``,
       ``tau ~ Gamma(alpha, rate alpha)``.
 
+    With ``stratified=True`` (RBF and Matern; RationalQuadratic stays iid) the
+    directions stay uniform and iid but the radii are stratified along the last axis of
+    ``size`` (randomised quasi-Monte Carlo; Yang et al., ICML 2014): still unbiased, with
+    a far smaller kernel error in low dimension.
+
     Returns a tensor of shape ``(*size, n_features)``; divide by the length scale to
     get frequencies in input units.
     """
     z = torch.randn(*size, n_features, generator=generator, dtype=torch.float64)
+    if stratified and factor.kind in ("rbf", "matern"):
+        direction = z / z.norm(dim=-1, keepdim=True)
+        return direction * _stratified_radii(factor, tuple(size), n_features, generator)
     if factor.kind == "rbf":
         return z
     g = _gamma_unit_mean(factor.shape, tuple(size), generator).unsqueeze(-1)

@@ -108,7 +108,8 @@ def _split(total, parts):
 
 
 def draw_random_features(
-    kernel, n_features, feature_map, n_bases, n_features_in, shift, generator, dtype, device
+    kernel, n_features, feature_map, n_bases, n_features_in, shift, generator, dtype, device,
+    stratified=False,
 ):
     """Draw a :class:`RandomFeatures` map for a signal kernel.
 
@@ -130,6 +131,9 @@ def draw_random_features(
         Input shift ``x_0`` (translation invariance keeps phases small).
     generator : torch.Generator
         CPU generator; frequencies (then phases) are drawn term by term in order.
+    stratified : bool, default=False
+        Stratify the frequency radii of each basis (see
+        :func:`skgpx.kernels.sample_unit_frequencies`).
     """
     terms = spectral_terms(kernel)
     stationary = [t for t in terms if not isinstance(t, (ConstantTerm, LinearTerm))]
@@ -151,7 +155,8 @@ def draw_random_features(
         size = next(sizes)
         omega = torch.zeros(n_bases, size, n_features_in, dtype=torch.float64)
         for factor in term.factors:
-            unit = sample_unit_frequencies(factor, (n_bases, size), n_features_in, generator)
+            unit = sample_unit_frequencies(factor, (n_bases, size), n_features_in, generator,
+                                           stratified)
             omega = omega + unit / torch.as_tensor(factor.length_scale, dtype=torch.float64)
         phases = None
         n_block = 2 * size

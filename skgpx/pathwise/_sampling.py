@@ -82,14 +82,15 @@ def _weight_space(features, W, eps, post):
 
 
 def draw_functions(post, n_samples, generator, *, n_features, feature_map, shared_basis,
-                   method, batch_size):
+                   method, batch_size, frequency_sampling="iid"):
     """Draw ``n_samples`` function paths from ``post`` (prior if ``post.X`` is None)."""
     S, T, d = n_samples, post.n_targets, post.n_features_in
     B = 1 if shared_basis else S
     dtype, device = post.theta.dtype, post.theta.device
     shift = post.X.mean(0) if post.X is not None else torch.zeros(d, dtype=dtype, device=device)
     features = draw_random_features(post.signal_kernel, n_features, feature_map, B, d, shift,
-                                    generator, dtype, device)
+                                    generator, dtype, device,
+                                    stratified=frequency_sampling == "stratified")
     W = post.normal((B, features.n_features(d), S * T // B), generator)
     centers = update = None
     if post.X is not None:

@@ -65,6 +65,20 @@ def test_independent_basis_moments_match_exact_posterior(name):
 
 
 @pytest.mark.parametrize("name", KERNEL_IDS)
+def test_stratified_independent_basis_moments_match_exact_posterior(name):
+    # Stratified radii keep each frequency's marginal law, so the independent-basis draws
+    # still have the exact posterior mean and covariance (same tolerances as §6.1).
+    X, y = sine_data()
+    Xq = query_points()
+    mean, cov = exact_posterior(signal_kernel(name), X, y, Xq, NOISE)
+    est = _fit(name, shared_basis=False, n_features=64, frequency_sampling="stratified")
+    mean_z, cov_z, _, _ = moment_z_scores(est.sample_y(Xq, n_samples=S, random_state=1),
+                                          mean, cov)
+    assert mean_z <= MEAN_Z_MAX, f"mean z-score {mean_z:.2f}"
+    assert cov_z <= COV_Z_MAX, f"covariance z-score {cov_z:.2f}"
+
+
+@pytest.mark.parametrize("name", KERNEL_IDS)
 def test_shared_basis_moments_carry_only_the_rff_bias(name):
     # §6.2: a shared basis with F = 2048 has an exact mean and a covariance bias of
     # O(sigma_f^2 F^-1/2): |C_hat - C| <= 4 sigma_f^2 / sqrt(F) + 5 * MC standard error.
