@@ -52,6 +52,18 @@ def _kernel(white):
     return kernel + WhiteKernel(NOISE) if white else kernel
 
 
+def _assert_same_predictions(ours, theirs, Xq):
+    """predict mean, std and cov equal sklearn's, with the same shapes (float64)."""
+    mean, mean_sk = ours.predict(Xq), theirs.predict(Xq)
+    assert mean.shape == mean_sk.shape and mean.dtype == np.float64
+    np.testing.assert_allclose(mean, mean_sk, rtol=0, atol=ATOL)
+    for option in ("return_std", "return_cov"):
+        _, spread = ours.predict(Xq, **{option: True})
+        _, spread_sk = theirs.predict(Xq, **{option: True})
+        assert spread.shape == spread_sk.shape
+        np.testing.assert_allclose(spread, spread_sk, rtol=0, atol=ATOL)
+
+
 def _assert_same_sample_layout(ours, theirs, Xq):
     for n_samples in (1, 4):
         a = ours.sample_y(Xq, n_samples=n_samples, random_state=0)
@@ -78,17 +90,7 @@ def test_fixed_kernel_predictions_match_sklearn(y_shape, white, alpha, normalize
     theirs.fit(X, y)
     _assert_same_sample_layout(ours, theirs, Xq)
 
-    mean, mean_sk = ours.predict(Xq), theirs.predict(Xq)
-    assert mean.shape == mean_sk.shape and mean.dtype == np.float64
-    np.testing.assert_allclose(mean, mean_sk, rtol=0, atol=ATOL)
-    _, std = ours.predict(Xq, return_std=True)
-    _, std_sk = theirs.predict(Xq, return_std=True)
-    assert std.shape == std_sk.shape
-    np.testing.assert_allclose(std, std_sk, rtol=0, atol=ATOL)
-    _, cov = ours.predict(Xq, return_cov=True)
-    _, cov_sk = theirs.predict(Xq, return_cov=True)
-    assert cov.shape == cov_sk.shape
-    np.testing.assert_allclose(cov, cov_sk, rtol=0, atol=ATOL)
+    _assert_same_predictions(ours, theirs, Xq)
 
     np.testing.assert_allclose(ours.log_marginal_likelihood_value_,
                                theirs.log_marginal_likelihood_value_, rtol=1e-8)
@@ -115,17 +117,7 @@ def test_unfitted_predict_is_sklearns_prior(kernel, n_targets):
     Xq = query_points()
     ours = PathwiseGPSampler(kernel, n_targets=n_targets, device="cpu")
     theirs = GaussianProcessRegressor(kernel, n_targets=n_targets)
-    mean, mean_sk = ours.predict(Xq), theirs.predict(Xq)
-    assert mean.shape == mean_sk.shape
-    np.testing.assert_allclose(mean, mean_sk, rtol=0, atol=ATOL)
-    _, std = ours.predict(Xq, return_std=True)
-    _, std_sk = theirs.predict(Xq, return_std=True)
-    assert std.shape == std_sk.shape
-    np.testing.assert_allclose(std, std_sk, rtol=0, atol=ATOL)
-    _, cov = ours.predict(Xq, return_cov=True)
-    _, cov_sk = theirs.predict(Xq, return_cov=True)
-    assert cov.shape == cov_sk.shape
-    np.testing.assert_allclose(cov, cov_sk, rtol=0, atol=ATOL)
+    _assert_same_predictions(ours, theirs, Xq)
     _assert_same_sample_layout(ours, theirs, Xq)
 
 
