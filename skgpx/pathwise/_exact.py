@@ -89,16 +89,14 @@ def predictive_mean_var(cross, prior_diag, L, a, Xq, batch_size, want_var):
     var : Tensor (n*,) or None
     """
     step = rows_per_chunk(batch_size, L.shape[0], L.device)
-    means, variances = [], []
+    mean = a.new_empty(Xq.shape[0], a.shape[1])
+    var = a.new_empty(Xq.shape[0]) if want_var else None
     for start in range(0, Xq.shape[0], step):
-        Xc = Xq[start : start + step]
-        Ks = cross(Xc)
-        means.append(Ks @ a)
+        rows = slice(start, start + step)
+        Ks = cross(Xq[rows])
+        mean[rows] = Ks @ a
         if want_var:
-            V = solve_lower(L, Ks.T)
-            variances.append(prior_diag(Xc) - (V**2).sum(0))
-    mean = torch.cat(means) if means else a.new_zeros(0, a.shape[1])
-    var = (torch.cat(variances) if variances else a.new_zeros(0)) if want_var else None
+            var[rows] = prior_diag(Xq[rows]) - (solve_lower(L, Ks.T) ** 2).sum(0)
     return mean, var
 
 

@@ -148,8 +148,10 @@ class PathwiseFunctions:
     def values(self, X):
         """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T)."""
         step = self._rows_per_chunk()
-        chunks = [self._latent(X[i : i + step]) for i in range(0, X.shape[0], step)]
-        latent = torch.cat(chunks) if chunks else X.new_zeros(0, self.n_samples, self.n_targets)
+        # one preallocated output (see _sampling._prior_at: per-chunk lists fragment the heap)
+        latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
+        for i in range(0, X.shape[0], step):
+            latent[i : i + step] = self._latent(X[i : i + step])
         return self._y_mean + self._y_std * latent
 
     def evaluate_batched(self, Xb):

@@ -48,11 +48,14 @@ class Posterior:
 
 def _prior_at(features, W, X, n_samples, n_targets, batch_size):
     """Prior path values ``phi(X) W`` at the training inputs: (n, S, T), row-chunked."""
-    B, F, _ = W.shape
+    B, F, K = W.shape
     step = rows_per_chunk(batch_size, B * F, X.device)
-    parts = [(features(X[i : i + step]) @ W).transpose(0, 1)
-             for i in range(0, X.shape[0], step)]
-    return torch.cat(parts).reshape(X.shape[0], n_samples, n_targets)
+    # Chunks are written into one preallocated output: collecting small per-chunk results
+    # between the large temporaries fragments the heap and inflates RSS by gigabytes.
+    out = X.new_empty(X.shape[0], B, K)
+    for i in range(0, X.shape[0], step):
+        out[i : i + step] = (features(X[i : i + step]) @ W).transpose(0, 1)
+    return out.reshape(X.shape[0], n_samples, n_targets)
 
 
 def _weight_space(features, W, eps, post):
