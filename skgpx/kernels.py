@@ -13,6 +13,7 @@ exactly finite constant and linear terms.
 """
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -509,24 +510,32 @@ def _gamma_unit_mean(shape, size, generator):
     return torch.as_tensor(rng.gamma(shape, 1.0 / shape, size=size), dtype=torch.float64)
 
 
-def _stratified_radii(factor, size, n_features, generator):
-    """Radii ``|omega|`` by inverse CDF of stratified uniforms, one stratum per frequency.
+def _qmc_frequencies(factor, size, n_features, generator):
+    """Randomised quasi-Monte Carlo frequencies (scrambled Sobol), one point set per basis.
 
-    Along the last axis of ``size`` the uniforms are ``(pi_j + U_j) / P`` for a random
-    permutation ``pi``: each radius keeps its exact marginal law (so the kernel estimate
-    stays unbiased) while the set covers the radial distribution evenly.
+    Sobol points ``u`` in ``[0, 1]^d`` give normals ``z = Phi^{-1}(u)``; the direction
+    ``z / |z|`` is kept and the radius is mapped by quantiles from the ``chi_d`` law of
+    ``|z|`` to the factor's own radial law (identity for RBF; ``|omega|^2 / d ~
+    F(d, 2 nu)`` for Matern).  Each frequency keeps its exact marginal law, so the kernel
+    estimate stays unbiased; the point set covers the spectral density evenly.
     """
-    P = size[-1]
-    order = torch.rand(*size, generator=generator, dtype=torch.float64).argsort(dim=-1)
-    u = ((order + torch.rand(*size, generator=generator, dtype=torch.float64)) / P).numpy()
-    if factor.kind == "rbf":  # |omega|^2 ~ chi^2_d
-        r2 = stats.chi2.ppf(u, n_features)
-    else:  # Matern: |omega|^2 / d ~ F(d, 2 nu)
-        r2 = n_features * stats.f.ppf(u, n_features, 2.0 * factor.shape)
-    return torch.as_tensor(np.sqrt(r2), dtype=torch.float64).unsqueeze(-1)
+    *batch, P = size
+    seeds = torch.randint(0, 2**31 - 1, (int(np.prod(batch)),), generator=generator)
+    points = np.empty((len(seeds), P, n_features))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # balance note when P is not 2^m
+        for b, seed in enumerate(seeds.tolist()):
+            points[b] = stats.qmc.Sobol(n_features, scramble=True, seed=seed).random(P)
+    z = stats.norm.ppf(np.clip(points, 1e-16, 1 - 1e-16))
+    if factor.kind == "matern":
+        r2 = (z**2).sum(-1, keepdims=True)
+        tail = np.maximum(stats.chi2.sf(r2, n_features), 1e-300)
+        target = n_features * stats.f.isf(tail, n_features, 2.0 * factor.shape)
+        z = z * np.sqrt(target / np.maximum(r2, 1e-300))
+    return torch.as_tensor(z.reshape(*size, n_features), dtype=torch.float64)
 
 
-def sample_unit_frequencies(factor, size, n_features, generator, stratified=False):
+def sample_unit_frequencies(factor, size, n_features, generator, qmc=False):
     """Draw frequencies of a stationary factor with unit length scale (float64, CPU).
 
     * RBF: ``omega ~ N(0, I)``;
@@ -535,18 +544,17 @@ def sample_unit_frequencies(factor, size, n_features, generator, stratified=Fals
     * RationalQuadratic alpha: Gaussian scale mixture ``z * sqrt(tau)``,
       ``tau ~ Gamma(alpha, rate alpha)``.
 
-    With ``stratified=True`` (RBF and Matern; RationalQuadratic stays iid) the
-    directions stay uniform and iid but the radii are stratified along the last axis of
-    ``size`` (randomised quasi-Monte Carlo; Yang et al., ICML 2014): still unbiased, with
-    a far smaller kernel error in low dimension.
+    With ``qmc=True`` (RBF and Matern; RationalQuadratic stays iid) the frequencies
+    along the last axis of ``size`` come from scrambled Sobol points (randomised
+    quasi-Monte Carlo feature maps; Yang et al., ICML 2014): still unbiased, with a
+    smaller kernel error, by orders of magnitude in one dimension.
 
     Returns a tensor of shape ``(*size, n_features)``; divide by the length scale to
     get frequencies in input units.
     """
+    if qmc and factor.kind in ("rbf", "matern"):
+        return _qmc_frequencies(factor, tuple(size), n_features, generator)
     z = torch.randn(*size, n_features, generator=generator, dtype=torch.float64)
-    if stratified and factor.kind in ("rbf", "matern"):
-        direction = z / z.norm(dim=-1, keepdim=True)
-        return direction * _stratified_radii(factor, tuple(size), n_features, generator)
     if factor.kind == "rbf":
         return z
     g = _gamma_unit_mean(factor.shape, tuple(size), generator).unsqueeze(-1)

@@ -109,7 +109,7 @@ def _split(total, parts):
 
 def draw_random_features(
     kernel, n_features, feature_map, n_bases, n_features_in, shift, generator, dtype, device,
-    stratified=False,
+    qmc=False,
 ):
     """Draw a :class:`RandomFeatures` map for a signal kernel.
 
@@ -131,8 +131,8 @@ def draw_random_features(
         Input shift ``x_0`` (translation invariance keeps phases small).
     generator : torch.Generator
         CPU generator; frequencies (then phases) are drawn term by term in order.
-    stratified : bool, default=False
-        Stratify the frequency radii of each basis (see
+    qmc : bool, default=False
+        Randomised quasi-Monte Carlo frequencies for each basis (see
         :func:`skgpx.kernels.sample_unit_frequencies`).
     """
     terms = spectral_terms(kernel)
@@ -155,8 +155,7 @@ def draw_random_features(
         size = next(sizes)
         omega = torch.zeros(n_bases, size, n_features_in, dtype=torch.float64)
         for factor in term.factors:
-            unit = sample_unit_frequencies(factor, (n_bases, size), n_features_in, generator,
-                                           stratified)
+            unit = sample_unit_frequencies(factor, (n_bases, size), n_features_in, generator, qmc)
             omega = omega + unit / torch.as_tensor(factor.length_scale, dtype=torch.float64)
         phases = None
         n_block = 2 * size

@@ -93,7 +93,7 @@ def draw_functions(post, n_samples, generator, *, n_features, feature_map, share
     shift = post.X.mean(0) if post.X is not None else torch.zeros(d, dtype=dtype, device=device)
     features = draw_random_features(post.signal_kernel, n_features, feature_map, B, d, shift,
                                     generator, dtype, device,
-                                    stratified=frequency_sampling == "stratified")
+                                    qmc=frequency_sampling == "qmc")
     W = post.normal((B, features.n_features(d), S * T // B), generator)
     centers = update = None
     if post.X is not None:

@@ -49,7 +49,7 @@ def test_exact_oracle_equals_sklearn(name):
     np.testing.assert_allclose(cov, cov_sk, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("frequency_sampling", ["iid", "stratified"])
+@pytest.mark.parametrize("frequency_sampling", ["iid", "qmc"])
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_independent_basis_moments_match_exact_posterior(name, frequency_sampling):
     # §6.1: with one frequency set per path, mean and covariance of the draws are exact for
