@@ -434,3 +434,14 @@ def child_config():
 if __name__ == "__main__":
     print("benchmarks/_common.py: shared helpers (nothing to run). "
           + format_threads(thread_summary()))
+
+
+def add_timing_arguments(parser, unit="run"):
+    """The --repeats/--cutoff/--budget options shared by the timing scripts."""
+    parser.add_argument("--repeats", type=int, default=5,
+                        help=f"timed {unit}s after 1 warm-up (5)")
+    parser.add_argument("--cutoff", type=float, default=600.0,
+                        help=f"seconds: a single {unit} longer than this is killed -> DNF (600)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds per cell after which no further repeat starts "
+                             "(default: --cutoff)")

@@ -261,12 +261,7 @@ def main(argv=None):
     p.add_argument("--friedman", default="1000,4000", help="comma list of friedman1 sizes")
     p.add_argument("--splits", type=int, default=5, help="diabetes 80/20 splits (5)")
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--repeats", type=int, default=5, help="timed fits after the warm-up (5)")
-    p.add_argument("--cutoff", type=float, default=600.0,
-                   help="seconds: a single fit longer than this is killed -> DNF (600)")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds per cell after which no further repeat starts "
-                        "(default: --cutoff)")
+    C.add_timing_arguments(p, unit="fit")
     p.add_argument("--json", default=None, help="also write all records to this JSON file")
     args = p.parse_args(argv)
     args.friedman = [int(v) for v in args.friedman.split(",") if v]

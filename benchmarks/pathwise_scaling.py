@@ -434,12 +434,7 @@ def parse_args(argv=None):
     p.add_argument("--features", type=int, default=1024, help="F random features (1024)")
     p.add_argument("--methods", default=",".join(METHODS),
                    help=f"comma list from {','.join(METHODS)}")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs after 1 warm-up (5)")
-    p.add_argument("--cutoff", type=float, default=600.0,
-                   help="seconds: a single run longer than this is killed -> DNF (600)")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds per cell after which no further repeat starts "
-                        "(default: --cutoff)")
+    C.add_timing_arguments(p, unit="run")
     p.add_argument("--mem-fraction", type=float, default=0.75,
                    help="DNF when the O(n*^2) memory pre-estimate exceeds this RAM fraction")
     p.add_argument("--exact-max", type=int, default=8000,
