@@ -395,17 +395,6 @@ class TorchKernel:
         for node, _ in self._terms:
             node.check_n_features(n_features)
 
-    def differentiable_in_x(self):
-        """Whether every signal node is a torch port (so gradients w.r.t. X exist)."""
-        return not any(_contains_fallback(node) for node in self._select("signal"))
-
-
-def _contains_fallback(node):
-    if isinstance(node, _Fallback):
-        return True
-    children = [getattr(node, name) for name in ("k1", "k2", "base") if hasattr(node, name)]
-    return any(_contains_fallback(child) for child in children)
-
 
 # ------------------------------------------------------------------ spectral terms
 
