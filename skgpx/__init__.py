@@ -1,7 +1,8 @@
 """skgpx: scikit-learn estimators for Gaussian-process-family methods, on PyTorch."""
 
+from .dkp import DeepKernelProcessRegressor
 from .pathwise import PathwiseFunctions, PathwiseGPSampler
 
 __version__ = "0.1.0"
 
-__all__ = ["PathwiseFunctions", "PathwiseGPSampler", "__version__"]
+__all__ = ["DeepKernelProcessRegressor", "PathwiseFunctions", "PathwiseGPSampler", "__version__"]

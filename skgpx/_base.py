@@ -5,6 +5,8 @@ copies and CPU-safe pickling live here once.  Private scikit-learn helpers are
 imported in this module only, so that a scikit-learn change is fixed in one place.
 """
 
+import copy
+import dataclasses
 import re
 import sys
 import warnings
@@ -30,6 +32,7 @@ __all__ = [
     "resolve_device",
     "rows_per_chunk",
     "resolve_dtype",
+    "move_to_device",
     "state_to_device",
     "to_numpy",
 ]
@@ -110,12 +113,27 @@ def to_numpy(tensor):
     return tensor.detach().to("cpu", torch.float64).numpy()
 
 
+def move_to_device(value, device):
+    """``value`` with its tensors on ``device``: tensors, modules, lists, tuples, dicts,
+    and dataclass instances (moved field by field into a shallow copy); anything else
+    is returned as is."""
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(move_to_device(item, device) for item in value)
+    if isinstance(value, dict):
+        return {key: move_to_device(item, device) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        moved = copy.copy(value)
+        for item in dataclasses.fields(value):
+            object.__setattr__(moved, item.name, move_to_device(getattr(value, item.name), device))
+        return moved
+    return value
+
+
 def state_to_device(state, device):
     """A copy of an attribute dict with its tensors and modules moved to ``device``."""
-    return {
-        key: value.to(device) if isinstance(value, (torch.Tensor, torch.nn.Module)) else value
-        for key, value in state.items()
-    }
+    return {key: move_to_device(value, device) for key, value in state.items()}
 
 
 class CPUPickleMixin:

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["make_sine_1d", "make_gap_1d", "make_matern_2d"]
+__all__ = ["make_sine_1d", "make_gap_1d", "make_matern_2d", "make_dkp_toy"]
 
 
 def _check_args(n_samples, noise_variance):
@@ -124,4 +124,33 @@ def make_matern_2d(n_samples=1000, length_scale=0.5, noise_variance=1e-2, random
     X = rng.uniform(-2.0, 2.0, size=(n_samples, 2))
     z = X * (0.5 / length_scale)
     f = np.sin(2.0 * z[:, 0]) * np.cos(1.5 * z[:, 1]) + 0.5 * np.sin(3.0 * z[:, 1])
+    return X, _add_noise(f, noise_variance, rng)
+
+
+def make_dkp_toy(n_samples=60, noise_variance=1e-2, random_state=None):
+    """The three-feature toy of the deep-kernel-process tests (spec ``dkp.md`` Sec. 14).
+
+    ``X ~ N(0, I_3)`` and ``y = sin(2 x1) + 0.5 x2^2 - 0.3 x3 + e`` with
+    ``e ~ N(0, noise_variance)`` (the default is a noise standard deviation of 0.1).
+
+    Parameters
+    ----------
+    n_samples : int, default=60
+        Number of points.
+    noise_variance : float, default=1e-2
+        Variance of the additive Gaussian noise.
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator for the inputs and the noise.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, 3)
+        Inputs.
+    y : ndarray of shape (n_samples,)
+        Noisy targets.
+    """
+    _check_args(n_samples, noise_variance)
+    rng = check_random_state(random_state)
+    X = rng.standard_normal((n_samples, 3))
+    f = np.sin(2.0 * X[:, 0]) + 0.5 * X[:, 1] ** 2 - 0.3 * X[:, 2]
     return X, _add_noise(f, noise_variance, rng)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from skgpx.datasets import make_gap_1d, make_matern_2d, make_sine_1d
+from skgpx.datasets import make_dkp_toy, make_gap_1d, make_matern_2d, make_sine_1d
 
 
 def _sine(X):
@@ -16,13 +16,18 @@ def _surface(X):
     return np.sin(2 * X[:, 0]) * np.cos(1.5 * X[:, 1]) + 0.5 * np.sin(3 * X[:, 1])
 
 
+def _toy(X):
+    return np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] ** 2 - 0.3 * X[:, 2]
+
+
 # (generator, noise-free function at default settings, input dimension, default noise variance)
 CASES = [
     (make_sine_1d, _sine, 1, 0.1),
     (make_gap_1d, _gap, 1, 1e-2),
     (make_matern_2d, _surface, 2, 1e-2),
+    (make_dkp_toy, _toy, 3, 1e-2),
 ]
-IDS = ["sine", "gap", "matern2d"]
+IDS = ["sine", "gap", "matern2d", "dkp_toy"]
 
 
 @pytest.mark.parametrize("make, f, d, noise", CASES, ids=IDS)

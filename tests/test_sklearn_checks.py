@@ -3,7 +3,7 @@
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skgpx import PathwiseGPSampler
+from skgpx import DeepKernelProcessRegressor, PathwiseGPSampler
 
 CHECKED = [
     PathwiseGPSampler(),
@@ -15,6 +15,10 @@ CHECKED = [
         random_state=0,
     ),
     PathwiseGPSampler(method="weight_space", n_features=64, shared_basis=False),
+    DeepKernelProcessRegressor(),
+    # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
+    DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),
+    DeepKernelProcessRegressor(kernel="arccos0", objective="dgp", n_layers=1, dof=[5.0, 50.0]),
 ]
 
 

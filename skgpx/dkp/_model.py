@@ -1,0 +1,203 @@
+"""State, sum kernels and the mean objective of the deep Wishart process (seed Secs. 2-3).
+
+Layers are numbered as in the seed: ``G_1 = X Omega X^T / nu_0`` is the input Gram
+matrix, ``G_2 .. G_L`` are the learned hidden Gram matrices, and node ``j`` is the sum
+kernel ``S_j`` built on ``G_j``.  For ``j < L`` it is the Wishart scale of ``G_{j+1}``,
+
+    S_j = w_{j+1} K(G_j) + v_{j+1} G_j + eps I       (v only with skip connections),
+
+and ``S_L = w_{L+1} K(G_L) + sigma^2 I`` is the covariance of every output column.
+"""
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ._grams import gram_kernel_derivatives
+
+__all__ = ["DKPConfig", "DKPState", "dkp_objective", "node_matrix", "node_derivatives"]
+
+
+@dataclass(frozen=True)
+class DKPConfig:
+    """Model and solver settings (resolved estimator parameters)."""
+
+    kernel: str
+    skip: bool
+    input_scale: bool
+    objective: str
+    nu_input: float  # nu_1 of Omega (unused without input_scale)
+    nu_hidden: tuple  # nu_2 .. nu_L
+    mirror_reg: float
+    kleinman_reg: float
+    care_solver: str
+    max_care_iter: int
+    care_tol: float
+    learn_noise: bool
+    learn_weights: bool
+    noise_floor: float = 1e-6
+
+    @property
+    def alpha(self):
+        """The CARE's ``alpha``: 1/2 with the ``log|G|`` terms (``'dkp'``), 0 without."""
+        return 0.5 if self.objective == "dkp" else 0.0
+
+
+@dataclass
+class DKPState:
+    """Everything the solver updates; tensors are replaced, never modified in place.
+
+    ``weights[j-1]`` holds the learned weights of node ``j``: ``[w, v]`` (``[w]``
+    without skip) for hidden nodes and ``[w, sigma^2]`` for the output node ``L``.
+    """
+
+    inputs: torch.Tensor  # X, (P, d), standardised
+    targets: torch.Tensor  # Y, (P, t), standardised
+    omega: torch.Tensor  # (d, d); the identity without input_scale
+    hidden_grams: list  # [G_2 .. G_L]
+    weights: list  # per node, 1-D tensors
+    jitter: float  # eps of the Eye component of hidden nodes
+    grams_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_nodes(self):
+        return len(self.hidden_grams) + 1
+
+    @property
+    def data_root(self):
+        """``R`` with ``G_{L+1} = Y Y^T / nu_{L+1} = R R^T``."""
+        return self.targets / math.sqrt(self.targets.shape[1])
+
+    def input_gram(self):
+        """``G_1 = X Omega X^T / nu_0``."""
+        cached = self.grams_cache.get("input")
+        if cached is not None and cached[0] is self.omega:
+            return cached[1]
+        inputs = self.inputs
+        gram = inputs @ self.omega @ inputs.mT / inputs.shape[1]
+        gram = 0.5 * (gram + gram.mT)
+        self.grams_cache["input"] = (self.omega, gram)
+        return gram
+
+    def gram(self, j):
+        """``G_j`` for ``j = 1 .. L``."""
+        return self.input_gram() if j == 1 else self.hidden_grams[j - 2]
+
+    def copy(self, **changes):
+        fresh = replace(self, hidden_grams=list(self.hidden_grams), weights=list(self.weights))
+        fresh.grams_cache = dict(self.grams_cache)
+        for key, value in changes.items():
+            setattr(fresh, key, value)
+        return fresh
+
+
+def node_components(config, state, j):
+    """Names of node ``j``'s learned components, in the order of ``state.weights[j-1]``."""
+    if j == state.n_nodes:
+        return ("kernel", "eye")
+    return ("kernel", "linear") if config.skip else ("kernel",)
+
+
+def node_fixed_eye(state, j):
+    """The fixed diagonal of node ``j``: the Eye jitter for hidden nodes, 0 at the output."""
+    return 0.0 if j == state.n_nodes else state.jitter
+
+
+def kernel_of(config, state, j):
+    """``K(G_j)``, cached while ``G_j`` is the same tensor (tensors are never modified in
+    place, so identity is a safe key)."""
+    gram = state.gram(j)
+    cached = state.grams_cache.get(("kernel", j))
+    if cached is not None and cached[0] is gram:
+        return cached[1]
+    kernel_matrix = gram_kernel_derivatives(config.kernel, gram, derivatives=False)
+    if not gram.requires_grad:
+        state.grams_cache[("kernel", j)] = (gram, kernel_matrix)
+    return kernel_matrix
+
+
+def node_matrix(config, state, j, weights=None, kernel_matrix=None):
+    """``S_j`` at ``G_j`` with the given (default: current) weights."""
+    weights = state.weights[j - 1] if weights is None else weights
+    gram = state.gram(j)
+    if kernel_matrix is None:
+        kernel_matrix = kernel_of(config, state, j)
+    matrix = weights[0] * kernel_matrix
+    components = node_components(config, state, j)
+    if "linear" in components:
+        matrix = matrix + weights[1] * gram
+    eye = node_fixed_eye(state, j) + (weights[1] if "eye" in components else 0.0)
+    matrix = matrix + eye * torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+    return 0.5 * (matrix + matrix.mT)
+
+
+def node_derivatives(config, state, j):
+    """``(M, N)`` of ``S_j`` with respect to ``G_j`` (seed Sec. 3.4), and ``K(G_j)``."""
+    weights = state.weights[j - 1]
+    if config.kernel == "sqexp":  # M = K and N = -K/2: reuse the cached kernel
+        kernel_matrix = kernel_of(config, state, j)
+        m_kernel, n_kernel = kernel_matrix, -0.5 * kernel_matrix
+    else:
+        kernel_matrix, m_kernel, n_kernel = gram_kernel_derivatives(config.kernel, state.gram(j))
+    m_matrix = weights[0] * m_kernel
+    if "linear" in node_components(config, state, j):
+        m_matrix = m_matrix + weights[1]
+    return (m_matrix, weights[0] * n_kernel), kernel_matrix
+
+
+def forward_prior_means(config, state):
+    """Set every hidden Gram matrix to its prior mean ``G_{l} = S_{l-1}`` (seed Alg. 1)."""
+    for layer in range(2, state.n_nodes + 1):
+        state.hidden_grams[layer - 2] = node_matrix(config, state, layer - 1)
+    return state
+
+
+def _gaussian_terms(scale, gram=None, root=None):
+    """``-log|S| - Tr(S^-1 G)`` for ``G`` given densely or as ``R R^T``, by Cholesky."""
+    factor = torch.linalg.cholesky(scale)
+    logdet = 2.0 * torch.log(factor.diagonal()).sum()
+    if root is not None:
+        whitened = torch.linalg.solve_triangular(factor, root, upper=False)
+    else:
+        whitened = torch.linalg.solve_triangular(factor, torch.linalg.cholesky(gram), upper=False)
+    return -logdet - (whitened * whitened).sum()
+
+
+def dkp_objective(config, state, terms=False):
+    """The mean objective of seed Sec. 2.1 with the constants of the KL form.
+
+    ::
+
+        L = nu_1/2 (a log|Omega| - Tr Omega + d)
+          + sum_{l=2..L} nu_l/2 (a log|G_l| - log|S_{l-1}| - Tr(S_{l-1}^-1 G_l) + P)
+          + nu_{L+1}/2 (-log|S_L| - Tr(S_L^-1 G_{L+1}) - P log 2 pi)
+
+    with ``a = 1`` for ``'dkp'`` and ``a = 0`` for ``'dgp'``.  For ``'dkp'`` each hidden
+    term is ``-nu KL(N(0, G) || N(0, S))`` (zero at the prior); the last term is the
+    Gaussian log-likelihood of the targets.  ``'gp'`` keeps the last term only (its
+    hidden Grams equal their prior means).  Differentiable with autograd.
+
+    Returns a 0-d tensor, or with ``terms=True`` the list of per-layer terms.
+    """
+    a = 1.0 if config.objective == "dkp" else 0.0
+    n_points = state.inputs.shape[0]
+    values = []
+    if config.objective != "gp":
+        if config.input_scale:
+            omega = state.omega
+            logdet = torch.linalg.slogdet(omega)[1] if a else 0.0
+            dim = omega.shape[0]
+            values.append(0.5 * config.nu_input * (a * logdet - torch.diagonal(omega).sum() + dim))
+        for layer in range(2, state.n_nodes + 1):
+            gram = state.gram(layer)
+            logdet = 2.0 * torch.log(torch.linalg.cholesky(gram).diagonal()).sum() if a else 0.0
+            scale = node_matrix(config, state, layer - 1)
+            nu = config.nu_hidden[layer - 2]
+            values.append(0.5 * nu * (a * logdet + _gaussian_terms(scale, gram=gram) + n_points))
+    n_targets = state.targets.shape[1]
+    output = node_matrix(config, state, state.n_nodes)
+    values.append(
+        0.5 * n_targets * (_gaussian_terms(output, root=state.data_root) - n_points * math.log(2 * math.pi))
+    )
+    return values if terms else sum(values)

@@ -1,0 +1,335 @@
+"""One sweep of the point solver: natural-gradient weights, CARE layer updates, Omega.
+
+The sweep runs from the output down to the input (seed Alg. 1), so every update sees
+the freshest layer above it.  Each block update maximises the objective of
+:func:`~skgpx.dkp._model.dkp_objective` in its own block:
+
+* sum-kernel weights: Fisher scoring in log space with an acceptance check (App. K);
+* hidden Gram matrices: the stabilised Riccati equation of App. E-F (Eq. 123);
+* the input scale ``Omega``: the same equation on ``d x d`` matrices (App. L).
+"""
+
+import math
+
+import torch
+
+from ..linalg import CARESolveError, solve_care
+from ._grams import chain_derivatives, contract_derivatives, gram_kernel_derivatives
+from ._model import kernel_of, node_components, node_derivatives, node_matrix
+
+__all__ = ["Breakdown", "sweep"]
+
+_MAX_LOG_STEP = 2.0
+_MAX_HALVINGS = 10
+_MAX_MIRROR_BOOSTS = 8
+
+
+class Breakdown(Exception):
+    """A matrix of the model lost positive definiteness during a sweep."""
+
+
+def _symmetric(matrix):
+    return 0.5 * (matrix + matrix.mT)
+
+
+def _inverse(matrix, name):
+    """``(matrix^-1, chol)`` of a symmetric positive-definite matrix, or Breakdown."""
+    factor, info = torch.linalg.cholesky_ex(matrix)
+    if int(info) != 0 or not bool(torch.isfinite(factor.diagonal()).all()):
+        raise Breakdown(name)
+    return torch.cholesky_inverse(factor), factor
+
+
+def _sandwich(inverse, gram=None, root=None):
+    """``Z G Z`` for ``G`` given densely or as ``R R^T`` (the targets' Gram matrix)."""
+    if root is not None:
+        half = inverse @ root
+        return half @ half.mT
+    return _symmetric(inverse @ gram @ inverse)
+
+
+def _times_next(inverse, gram=None, root=None):
+    """``Z G`` for ``G`` given densely or as ``R R^T``."""
+    if root is not None:
+        return (inverse @ root) @ root.mT
+    return inverse @ gram
+
+
+def _components(config, state, j, kernel_matrix, identity_as_none=False):
+    """The matrices that node ``j``'s weights multiply (``None`` for an identity if asked)."""
+    eye = None if identity_as_none else torch.eye(
+        kernel_matrix.shape[0], dtype=kernel_matrix.dtype, device=kernel_matrix.device)
+    table = {"kernel": kernel_matrix, "linear": state.gram(j), "eye": eye}
+    return [table[name] for name in node_components(config, state, j)]
+
+
+def _learnable(config, state, j):
+    names = node_components(config, state, j)
+    return [config.learn_noise if name == "eye" else config.learn_weights for name in names]
+
+
+def _direction(component, message):
+    """``dK_next / dw`` for one component: ``C o M + Diag(C) N + N^T Diag(C)`` (Eq. 23)."""
+    m_matrix, n_matrix = message
+    out = component * m_matrix
+    if n_matrix is not None:
+        scaled = component.diagonal()[:, None] * n_matrix
+        out = out + scaled + scaled.mT
+    return out
+
+
+def _fisher_step(weights, learnable, directions, inverse, next_times_inverse, nu):
+    """Fisher-scoring step in log weights, ``clip(F_u^-1 g_u, +-2)`` (App. K, corrected).
+
+    ``g_a = nu/2 Tr((Z G' Z - Z) D_a)`` and ``F_ab = nu/2 Tr(Z D_a Z D_b)`` for the
+    directions ``D_a = dK/dw_a``; the seed's ``dw = -F g`` misses the inverse.
+    """
+    index = [a for a, flag in enumerate(learnable) if flag]
+    # Z D_a; the Eye direction of the dkp output node is the identity: no product needed
+    products = [inverse if directions[a] is None else inverse @ directions[a] for a in index]
+    grad = torch.stack([
+        (next_times_inverse.mT * prod).sum() - prod.diagonal().sum() for prod in products
+    ])
+    flat = torch.stack([prod.reshape(-1) for prod in products])
+    transposed = torch.stack([prod.mT.reshape(-1) for prod in products])
+    fisher = flat @ transposed.mT
+    w = weights[index]
+    grad_u = 0.5 * nu * w * grad
+    fisher_u = 0.5 * nu * w[:, None] * _symmetric(fisher) * w[None, :]
+    fisher_u = fisher_u + 1e-12 * fisher_u.diagonal().abs().max() * torch.eye(
+        len(index), dtype=w.dtype, device=w.device
+    )
+    step = torch.linalg.lstsq(fisher_u, grad_u[:, None]).solution[:, 0]
+    full = torch.zeros_like(weights)
+    full[index] = torch.clamp(step, -_MAX_LOG_STEP, _MAX_LOG_STEP)
+    return full
+
+
+def _accept(weights, step, evaluate, floor_index, noise_floor, current=None):
+    """Halve the log step until ``evaluate`` does not decrease; returns (weights, payload).
+
+    ``current`` is ``evaluate(weights)`` when the caller already has it.
+    """
+    current, payload = evaluate(weights) if current is None else current
+    for _ in range(_MAX_HALVINGS + 1):
+        trial = weights * torch.exp(step)
+        if floor_index is not None:
+            trial[floor_index] = torch.clamp(trial[floor_index], min=noise_floor)
+        value, trial_payload = evaluate(trial)
+        if value >= current:
+            return trial, trial_payload
+        step = 0.5 * step
+    return weights, payload
+
+
+def _local_value(factor, inverse, gram_next, root, nu):
+    """``nu/2 (-log|S| - Tr(S^-1 G'))`` from the Cholesky factor (and inverse) of ``S``."""
+    if root is not None:
+        whitened = torch.linalg.solve_triangular(factor, root, upper=False)
+        trace = (whitened * whitened).sum()
+    else:
+        trace = (inverse * gram_next).sum()
+    value = -0.5 * nu * (2.0 * torch.log(factor.diagonal()).sum() + trace)
+    return float(value) if bool(torch.isfinite(value)) else -math.inf
+
+
+def _local_evaluator(config, state, j, kernel_matrix, gram_next=None, root=None, nu=1.0):
+    """``S_j(w) -> (local value, (S_j, S_j^-1))``; ``-inf`` when ``S_j`` is not PD."""
+
+    def evaluate(weights):
+        matrix = node_matrix(config, state, j, weights, kernel_matrix)
+        factor, info = torch.linalg.cholesky_ex(matrix)
+        if int(info) != 0:
+            return -math.inf, None
+        inverse = torch.cholesky_inverse(factor)
+        value = _local_value(factor, inverse, gram_next, root, nu)
+        return value, (None if value == -math.inf else (matrix, inverse))
+
+    return evaluate
+
+
+def _floor_index(config, state, j):
+    names = node_components(config, state, j)
+    return names.index("eye") if "eye" in names else None
+
+
+def update_local_weights(config, state, j, gram_next=None, root=None, nu=1.0, current=None):
+    """App. K step for node ``j`` whose matrix is the Wishart scale (or output covariance)
+    of ``G'`` directly (``M = 1``, ``N = 0``).
+
+    ``current`` is ``(S_j, S_j^-1, chol)`` at the current weights when already known.
+    Returns ``(S_j, S_j^-1)`` after the step.
+    """
+    kernel_matrix = kernel_of(config, state, j)
+    if current is None:
+        matrix = node_matrix(config, state, j, kernel_matrix=kernel_matrix)
+        inverse, factor = _inverse(matrix, f"S_{j}")
+    else:
+        matrix, inverse, factor = current
+    learnable = _learnable(config, state, j)
+    if not any(learnable):
+        return matrix, inverse
+    value = _local_value(factor, inverse, gram_next, root, nu)
+    if value == -math.inf:
+        raise Breakdown(f"S_{j}")
+    directions = _components(config, state, j, kernel_matrix, identity_as_none=True)
+    step = _fisher_step(
+        state.weights[j - 1], learnable, directions, inverse,
+        _times_next(inverse, gram_next, root), nu,
+    )
+    evaluate = _local_evaluator(config, state, j, kernel_matrix, gram_next, root, nu)
+    weights, payload = _accept(
+        state.weights[j - 1], step, evaluate, _floor_index(config, state, j), config.noise_floor,
+        current=(value, (matrix, inverse)),
+    )
+    state.weights[j - 1] = weights
+    return payload
+
+
+def _care(config, alpha, coefficients, initial, report):
+    """Solve the layer's Riccati equation, strengthening the mirror term if needed.
+
+    ``coefficients(lam)`` returns ``(U, Q)`` for a mirror weight ``lam``.  When the
+    equation has no positive-definite solution (``Q`` too indefinite), the proximity
+    term is made 4x stronger, up to ``_MAX_MIRROR_BOOSTS`` times: a shorter step with
+    the same fixed point, since the mirror terms cancel at ``G = G~``.  As ``lam``
+    grows, ``U -> r lam G~^-1`` and ``Q -> r lam G~``, whose solution tends to ``G~``.
+    """
+    lam = config.mirror_reg if config.mirror_reg > 0 else 1.0
+    for boost in range(_MAX_MIRROR_BOOSTS + 1):
+        u_matrix, q_matrix = coefficients(config.mirror_reg if boost == 0 else lam)
+        try:
+            solution, info = solve_care(
+                alpha, u_matrix, q_matrix, method=config.care_solver,
+                initial=initial, reg=config.kleinman_reg, max_iter=config.max_care_iter,
+                tol=config.care_tol,
+            )
+        except CARESolveError as error:
+            last_error = error
+            lam = 4.0 * lam
+            continue
+        report.append({**info, "mirror_boosts": boost})
+        return solution
+    raise Breakdown(str(last_error))
+
+
+def update_hidden_gram(config, state, layer, scale_inverse, prev_inverse, gram_next, root, nu_next, report):
+    """Stabilised CARE update of ``G_layer`` (seed Eq. 123, Sec. 5 of the spec)::
+
+        U = S_{l-1}^-1 + r (D + lam G~^-1),   Q = r (G~ T G~ + lam G~),
+        0 = 2 alpha G - G U G + Q,            r = nu_{l+1} / nu_l,
+
+    with ``D = M o Z + 2 Diag(N Z)``, ``T = M o H + 2 Diag(N H)``, ``Z = S_l^-1``,
+    ``H = Z G_{l+1} Z`` and ``(M, N)`` the derivatives of ``S_l`` in ``G_l``.
+    """
+    (m_matrix, n_matrix), _ = node_derivatives(config, state, layer)
+    current = state.gram(layer)
+    ratio = nu_next / config.nu_hidden[layer - 2]
+    current_inverse, _ = _inverse(current, f"G_{layer}")
+    d_matrix = contract_derivatives(m_matrix, n_matrix, scale_inverse)
+    t_matrix = contract_derivatives(m_matrix, n_matrix, _sandwich(scale_inverse, gram_next, root))
+    curvature = current @ t_matrix @ current
+
+    def coefficients(lam):
+        return (prev_inverse + ratio * (d_matrix + lam * current_inverse),
+                ratio * (curvature + lam * current))
+
+    state.hidden_grams[layer - 2] = _care(config, config.alpha, coefficients, current, report)
+
+
+def update_input_scale(config, state, scale_inverse, gram_next, root, nu_next, report):
+    """CARE update of ``Omega`` (seed App. L; Eq. 190 without its extra ``1/nu_0``)::
+
+        U = I + (r/nu_0) X^T D X + r lam Omega~^-1,
+        Q = (r/nu_0) Omega~ X^T T X Omega~ + r lam Omega~,     r = nu_2 / nu_1.
+    """
+    (m_matrix, n_matrix), _ = node_derivatives(config, state, 1)
+    inputs, omega = state.inputs, state.omega
+    ratio = nu_next / config.nu_input
+    scaled = ratio / inputs.shape[1]
+    d_matrix = contract_derivatives(m_matrix, n_matrix, scale_inverse)
+    t_matrix = contract_derivatives(m_matrix, n_matrix, _sandwich(scale_inverse, gram_next, root))
+    omega_inverse, _ = _inverse(omega, "Omega")
+    eye = torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
+    data_curvature = scaled * (inputs.mT @ d_matrix @ inputs)
+    curvature = scaled * (omega @ (inputs.mT @ t_matrix @ inputs) @ omega)
+
+    def coefficients(lam):
+        return (eye + data_curvature + ratio * lam * omega_inverse,
+                curvature + ratio * lam * omega)
+
+    state.omega = _care(config, config.alpha, coefficients, omega, report)
+
+
+def _wishart_sweep(config, state, report):
+    last = state.n_nodes
+    root, n_targets = state.data_root, float(state.targets.shape[1])
+    scale, scale_inverse = update_local_weights(config, state, last, root=root, nu=n_targets)
+    for layer in range(last, 1, -1):
+        above = (None, root, n_targets) if layer == last else (
+            state.gram(layer + 1), None, config.nu_hidden[layer - 1])
+        prev_scale = node_matrix(config, state, layer - 1)
+        prev_inverse, prev_factor = _inverse(prev_scale, f"S_{layer - 1}")
+        update_hidden_gram(config, state, layer, scale_inverse, prev_inverse, *above, report)
+        scale, scale_inverse = update_local_weights(
+            config, state, layer - 1, gram_next=state.gram(layer), nu=config.nu_hidden[layer - 2],
+            current=(prev_scale, prev_inverse, prev_factor))
+    if config.input_scale:
+        above = (None, root, n_targets) if last == 1 else (state.gram(2), None, config.nu_hidden[0])
+        update_input_scale(config, state, scale_inverse, *above, report)
+
+
+def _forward(config, state, start):
+    """Deterministic layers (``'gp'``): ``G_l = S_{l-1}`` for ``l > start``."""
+    for layer in range(start + 1, state.n_nodes + 1):
+        state.hidden_grams[layer - 2] = node_matrix(config, state, layer - 1)
+
+
+def _gp_sweep(config, state, report):
+    """Weights of every node by App. K, messages chained through deterministic layers."""
+    last = state.n_nodes
+    root, n_targets = state.data_root, float(state.targets.shape[1])
+    for j in range(last, 0, -1):
+        learnable = _learnable(config, state, j)
+        if not any(learnable):
+            continue
+        message = (1.0, None)
+        for k in range(last, j, -1):
+            message = chain_derivatives(node_derivatives(config, state, k)[0], message)
+        output_inverse, _ = _inverse(node_matrix(config, state, last), f"S_{last}")
+        kernel_matrix = kernel_of(config, state, j)
+        directions = [_direction(c, message) for c in _components(config, state, j, kernel_matrix)]
+
+        def evaluate(weights, j=j):
+            trial = state.copy()
+            trial.weights[j - 1] = weights
+            _forward(config, trial, j)
+            matrix = node_matrix(config, trial, last)
+            factor, info = torch.linalg.cholesky_ex(matrix)
+            if int(info) != 0:
+                return -math.inf, None
+            whitened = torch.linalg.solve_triangular(factor, root, upper=False)
+            value = -0.5 * n_targets * (2.0 * torch.log(factor.diagonal()).sum()) - 0.5 * (
+                whitened * whitened).sum() * n_targets
+            return (float(value), trial) if bool(torch.isfinite(value)) else (-math.inf, None)
+
+        step = _fisher_step(
+            state.weights[j - 1], learnable, directions, output_inverse,
+            _times_next(output_inverse, root=root), n_targets,
+        )
+        _, trial = _accept(state.weights[j - 1], step, evaluate, _floor_index(config, state, j),
+                           config.noise_floor)
+        if trial is None:
+            raise Breakdown(f"S_{last}")
+        state.weights[j - 1] = trial.weights[j - 1]
+        state.hidden_grams[:] = trial.hidden_grams
+
+
+def sweep(config, state):
+    """One solver sweep, in place on ``state``; returns the CARE solver reports."""
+    report = []
+    if config.objective == "gp":
+        _gp_sweep(config, state, report)
+    else:
+        _wishart_sweep(config, state, report)
+    return report

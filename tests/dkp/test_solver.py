@@ -1,0 +1,259 @@
+"""Solver oracles of spec dkp.md Sec. 13: T5 (linear layer), T6-T10."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_diabetes
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+from skgpx.datasets import make_dkp_toy
+from skgpx.dkp import DeepKernelProcessRegressor
+from skgpx.dkp._model import DKPState, dkp_objective
+
+TOY_X, TOY_Y = make_dkp_toy(n_samples=60, random_state=0)
+
+
+def _standardised(X):
+    return (X - X.mean(0)) / X.std(0)
+
+
+def _np_sqexp(G):
+    d = np.diag(G)
+    return np.exp(-0.5 * (d[:, None] + d[None, :] - 2 * G))
+
+
+def _scales(model):
+    """Hidden sum kernels S_1..S_{L-1} recomputed with numpy from the fitted attributes."""
+    scales = []
+    for (w, v), G in zip(model.kernel_weights_, model.gram_matrices_[:-1]):
+        scales.append(w * _np_sqexp(G) + v * G + model.jitter_ * np.eye(G.shape[0]))
+    return scales
+
+
+def _state_from(model, dtype=torch.float64):
+    """A DKPState rebuilt from a fitted model's public attributes."""
+    X = torch.tensor(_standardised(model.X_train_), dtype=dtype)
+    y = np.asarray(model.y_train_, dtype=float).reshape(len(X), -1)
+    Y = torch.tensor((y - y.mean(0)) / y.std(0), dtype=dtype)
+    omega = model.input_scale_ if model.input_scale_ is not None else np.eye(X.shape[1])
+    weights = [torch.tensor(w[: 2 if model.skip else 1], dtype=dtype) for w in model.kernel_weights_]
+    weights.append(torch.tensor([model.output_weight_, model.noise_variance_], dtype=dtype))
+    return DKPState(
+        inputs=X, targets=Y, omega=torch.tensor(omega, dtype=dtype),
+        hidden_grams=[torch.tensor(G, dtype=dtype) for G in model.gram_matrices_[1:]],
+        weights=weights, jitter=model.jitter_,
+    )
+
+
+def _config(model):
+    dof = model.dof_
+    offset = int(model.input_scale)
+    from skgpx.dkp._model import DKPConfig
+    return DKPConfig(
+        kernel=model.kernel, skip=model.skip, input_scale=model.input_scale,
+        objective=model.objective, nu_input=float(dof[0]) if offset else 1.0,
+        nu_hidden=tuple(float(v) for v in dof[offset:]), mirror_reg=model.mirror_reg,
+        kleinman_reg=model.kleinman_reg, care_solver=model.care_solver,
+        max_care_iter=model.max_care_iter, care_tol=model.care_tol,
+        learn_noise=model.learn_noise, learn_weights=model.learn_weights,
+    )
+
+
+# ----------------------------------------------------------------------------- T5
+@pytest.mark.parametrize("ratio", [0.1, 1.0, 3.0])
+def test_linear_layer_fixed_point(ratio):
+    """T5: iterating the layer update with K(G) = G (no mirror) solves seed Eq. 16."""
+    from skgpx.linalg import solve_care
+
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((2, 8, 8))
+    prev = torch.tensor(A @ A.T / 8 + 0.5 * np.eye(8))
+    nxt = torch.tensor(B @ B.T / 8 + 0.5 * np.eye(8))
+    G = prev.clone()
+    for _ in range(200):
+        # message from a linear kernel K(G) = G: D = G~^-1, T = G~^-1 G_next G~^-1
+        inv = torch.linalg.inv(G)
+        U = torch.linalg.inv(prev) + ratio * inv
+        Q = ratio * (G @ (inv @ nxt @ inv) @ G)
+        G = solve_care(0.5, U, Q)[0]
+    residual = (1 - ratio) * G - G @ torch.linalg.inv(prev) @ G + ratio * nxt
+    assert float(residual.abs().max()) < 1e-8 * float(nxt.abs().max())
+    assert float(torch.linalg.eigvalsh(G).min()) > 0
+
+
+# ----------------------------------------------------------------------------- T6
+def _assert_ascent(history):
+    history = np.asarray(history)
+    drops = np.diff(history)
+    assert np.all(drops >= -1e-8 * np.abs(history[1:])), drops.min()
+
+
+@pytest.mark.parametrize("learn", [False, True], ids=["fixed-weights", "learned-weights"])
+@pytest.mark.parametrize("kernel", ["sqexp", "arccos1"])
+def test_objective_ascent_toy(learn, kernel):
+    model = DeepKernelProcessRegressor(
+        kernel=kernel, learn_weights=learn, learn_noise=learn, max_iter=15, device="cpu"
+    ).fit(TOY_X, TOY_Y)
+    _assert_ascent(model.objective_history_)
+    assert model.objective_history_[-1] > model.objective_history_[0] + 1.0
+
+
+@pytest.mark.parametrize("learn", [False, True], ids=["fixed-weights", "learned-weights"])
+def test_objective_ascent_diabetes(learn):
+    X, y = load_diabetes(return_X_y=True)
+    model = DeepKernelProcessRegressor(
+        learn_weights=learn, learn_noise=learn, device="cpu"
+    ).fit(X[:200], y[:200])
+    _assert_ascent(model.objective_history_)
+
+
+def test_objective_history_matches_recomputed_objective():
+    """objective_ is the documented objective evaluated at the fitted attributes."""
+    model = DeepKernelProcessRegressor(max_iter=3, device="cpu").fit(TOY_X, TOY_Y)
+    value = float(dkp_objective(_config(model), _state_from(model)))
+    assert value == pytest.approx(model.objective_, rel=1e-10)
+    assert len(model.objective_history_) == model.n_iter_ + 1 == 4
+
+
+def test_prior_initialisation_has_zero_kl():
+    """Before any sweep the hidden Grams sit at their prior means: the KL terms vanish."""
+    model = DeepKernelProcessRegressor(max_iter=1, device="cpu").fit(TOY_X, TOY_Y)
+    gp = DeepKernelProcessRegressor(objective="gp", max_iter=1, device="cpu").fit(TOY_X, TOY_Y)
+    # at the prior both objectives reduce to the output log-likelihood of the same kernel
+    assert model.objective_history_[0] == pytest.approx(gp.objective_history_[0], rel=1e-10)
+
+
+# ----------------------------------------------------------------------------- T7
+@pytest.mark.slow
+def test_fixed_point_is_stationary():
+    """T7: after many sweeps the scale-free autograd gradient in every G_l vanishes, and
+    the mirror weight does not move the fixed point."""
+    common = dict(
+        input_scale=False, learn_weights=False, learn_noise=False, dof=5.0, jitter=1e-4,
+        max_iter=300, device="cpu",
+    )
+    model = DeepKernelProcessRegressor(mirror_reg=1.0, **common).fit(TOY_X, TOY_Y)
+    config, state = _config(model), _state_from(model)
+    params = [G.clone().requires_grad_(True) for G in state.hidden_grams]
+    state.hidden_grams = [0.5 * (p + p.mT) for p in params]
+    dkp_objective(config, state).backward()
+    for param in params:
+        factor = torch.linalg.cholesky(param.detach())
+        scaled = factor.mT @ (0.5 * (param.grad + param.grad.mT)) @ factor
+        assert float(scaled.abs().max()) < 1e-4
+    other = DeepKernelProcessRegressor(mirror_reg=5.0, **common).fit(TOY_X, TOY_Y)
+    assert other.objective_ == pytest.approx(model.objective_, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------- T8
+def test_huge_dof_pins_grams_to_prior_means():
+    common = dict(input_scale=False, learn_weights=False, learn_noise=False, device="cpu")
+    model = DeepKernelProcessRegressor(dof=1e8, max_iter=3, **common).fit(TOY_X, TOY_Y)
+    scales = _scales(model)
+    for G, S in zip(model.gram_matrices_[1:], scales):
+        assert np.linalg.norm(G - S) <= 1e-6 * np.linalg.norm(S)
+    gp = DeepKernelProcessRegressor(objective="gp", max_iter=1, **common).fit(TOY_X, TOY_Y)
+    X_test = make_dkp_toy(n_samples=20, random_state=5)[0]
+    mean, std = model.predict(X_test, return_std=True)
+    gp_mean, gp_std = gp.predict(X_test, return_std=True)
+    np.testing.assert_allclose(mean, gp_mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(std, gp_std, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- T9
+def _numpy_propagation(model, X_test):
+    """Seed Eqs. 139-141 on joint (train, test) Gram matrices, in numpy: the Eye jitter on
+    the joint diagonal sits on the ii and tt diagonals only."""
+    X_train = _standardised(model.X_train_)
+    X_t = (X_test - model.X_train_.mean(0)) / model.X_train_.std(0)
+    joint_X = np.vstack([X_train, X_t])
+    G = joint_X @ model.input_scale_ @ joint_X.T / X_train.shape[1]
+    n = len(X_train)
+    blocks = [(G[n:, :n], G[n:, n:])]
+    for (w, v), G_ii in zip(model.kernel_weights_, model.gram_matrices_[1:]):
+        S = w * _np_sqexp(G) + v * G + model.jitter_ * np.eye(len(G))
+        S_ii, S_ti, S_tt = S[:n, :n], S[n:, :n], S[n:, n:]
+        G_ti = S_ti @ np.linalg.solve(S_ii, G_ii)
+        S_inv = np.linalg.inv(S_ii)
+        G_tt = S_tt + S_ti @ S_inv @ (G_ii - S_ii) @ S_inv @ S_ti.T
+        G = np.block([[G_ii, G_ti.T], [G_ti, G_tt]])
+        blocks.append((G_ti, G_tt))
+    return blocks
+
+
+def test_predicted_grams_match_numpy_propagation():
+    model = DeepKernelProcessRegressor(max_iter=5, device="cpu").fit(TOY_X, TOY_Y)
+    X_test = np.vstack([TOY_X[:5], make_dkp_toy(n_samples=7, random_state=4)[0]])
+    layers = model.predict_grams(X_test)
+    full_layers = model.predict_grams(X_test, full=True)
+    for (cross, diag), (cross_full, full), (ref_cross, ref_full) in zip(
+        layers, full_layers, _numpy_propagation(model, X_test)
+    ):
+        np.testing.assert_allclose(cross, ref_cross, rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(cross_full, ref_cross, rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(diag, np.diag(ref_full), rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(full, ref_full, rtol=1e-9, atol=1e-11)
+
+
+def test_predicted_grams_at_training_inputs():
+    """T9: at X_t = X_train the first hidden layer obeys G_ti = (S_ii - eps I) S_ii^-1 G_ii."""
+    model = DeepKernelProcessRegressor(max_iter=5, device="cpu").fit(TOY_X, TOY_Y)
+    layers = model.predict_grams(TOY_X)
+    np.testing.assert_allclose(layers[0][0], model.gram_matrices_[0], atol=1e-12)
+    S, G = _scales(model)[0], model.gram_matrices_[1]
+    expected = (S - model.jitter_ * np.eye(len(S))) @ np.linalg.solve(S, G)
+    assert np.linalg.norm(layers[1][0] - expected) <= 1e-10 * np.linalg.norm(expected)
+
+
+def test_predicted_grams_approach_training_grams_linearly_in_jitter():
+    X, y = make_dkp_toy(n_samples=12, random_state=3)
+    gaps = []
+    for eps in [1e-4, 1e-5, 1e-6]:
+        model = DeepKernelProcessRegressor(jitter=eps, max_iter=3, device="cpu").fit(X, y)
+        cross = model.predict_grams(X)[-1][0]
+        gaps.append(np.linalg.norm(cross - model.gram_matrices_[-1]))
+    ratios = np.array(gaps[:-1]) / np.array(gaps[1:])
+    np.testing.assert_allclose(ratios, 10.0, rtol=0.1)
+
+
+# ----------------------------------------------------------------------------- T10
+@pytest.mark.parametrize("n_targets", [1, 2])
+def test_shallow_gp_matches_sklearn(n_targets):
+    X = TOY_X
+    y = TOY_Y if n_targets == 1 else np.column_stack([TOY_Y, np.cos(TOY_X[:, 1])])
+    model = DeepKernelProcessRegressor(
+        n_layers=0, input_scale=False, objective="gp", max_iter=200, tol=1e-13, device="cpu"
+    ).fit(X, y)
+    d = X.shape[1]
+    kernel = ConstantKernel(1.0) * RBF(np.sqrt(d), length_scale_bounds="fixed") + WhiteKernel(0.1)
+    gpr = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=0).fit(
+        _standardised(X), y)
+    assert model.objective_ == pytest.approx(gpr.log_marginal_likelihood_value_, abs=1e-6)
+    X_test = make_dkp_toy(n_samples=15, random_state=9)[0]
+    mean, std = model.predict(X_test, return_std=True)
+    sk_mean, sk_std = gpr.predict((X_test - X.mean(0)) / X.std(0), return_std=True)
+    np.testing.assert_allclose(mean, sk_mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(std, sk_std, rtol=1e-5, atol=1e-6)
+
+
+def test_output_weight_update_reaches_sklearn_noise():
+    """Spec Sec. 7 oracle: ten natural-gradient steps reach sklearn's noise level."""
+    model = DeepKernelProcessRegressor(
+        n_layers=0, input_scale=False, objective="gp", max_iter=10, device="cpu"
+    ).fit(TOY_X, TOY_Y)
+    kernel = ConstantKernel(1.0) * RBF(np.sqrt(3), length_scale_bounds="fixed") + WhiteKernel(0.1)
+    gpr = GaussianProcessRegressor(kernel, normalize_y=True).fit(_standardised(TOY_X), TOY_Y)
+    assert model.noise_variance_ == pytest.approx(gpr.kernel_.k2.noise_level, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- solvers
+def test_kleinman_solver_gives_the_same_fit():
+    X, y = make_dkp_toy(n_samples=30, random_state=2)
+    closed = DeepKernelProcessRegressor(max_iter=4, device="cpu").fit(X, y)
+    kleinman = DeepKernelProcessRegressor(
+        max_iter=4, care_solver="kleinman", care_tol=1e-13, max_care_iter=500, device="cpu"
+    ).fit(X, y)
+    np.testing.assert_allclose(kleinman.objective_history_, closed.objective_history_, rtol=1e-8)
+    for a, b in zip(kleinman.gram_matrices_, closed.gram_matrices_):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
