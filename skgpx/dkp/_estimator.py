@@ -23,7 +23,7 @@ from ..linalg import NotPositiveDefiniteError
 from ._grams import GRAM_KERNELS
 from ._model import DKPConfig, DKPState, dkp_objective, forward_prior_means
 from ._predict import build_prediction_cache, propagate
-from ._solver import Breakdown, sweep
+from ._solver import Breakdown, keep_factors, sweep
 
 __all__ = ["DeepKernelProcessRegressor"]
 
@@ -408,6 +408,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         self._state = state
         self._fitted_structure = (self.kernel, self.skip, self.input_scale)
         self._cache = build_prediction_cache(config, state)
+        state.grams_cache = {}  # factorisations: not worth pickling
         self.gram_matrices_ = [to_numpy(state.gram(j)) for j in range(1, state.n_nodes + 1)]
         self.input_scale_ = to_numpy(state.omega) if config.input_scale else None
         hidden = np.zeros((self.n_layers, 2))
@@ -453,6 +454,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
                     state = saved
                     state.jitter = jitter
                     continue
+                keep_factors(state)
                 unconverged_care |= any(not info["converged"] for info in report)
                 history.append(value)
                 sweep_index += 1

@@ -16,7 +16,10 @@ import torch
 
 from ._grams import gram_kernel_derivatives
 
-__all__ = ["DKPConfig", "DKPState", "dkp_objective", "node_matrix", "node_derivatives"]
+__all__ = [
+    "DKPConfig", "DKPState", "dkp_objective", "node_derivatives", "node_matrix", "prune_factors",
+    "spd_factors",
+]
 
 
 @dataclass(frozen=True)
@@ -118,11 +121,54 @@ def kernel_of(config, state, j):
 
 
 def node_matrix(config, state, j, weights=None, kernel_matrix=None):
-    """``S_j`` at ``G_j`` with the given (default: current) weights."""
-    weights = state.weights[j - 1] if weights is None else weights
+    """``S_j`` at ``G_j`` with the given (default: current) weights.
+
+    With the current weights the result is cached while ``G_j``, the weights and the
+    jitter are unchanged, so that :func:`spd_factors` can recognise it.
+    """
+    current = weights is None
+    weights = state.weights[j - 1] if current else weights
     gram = state.gram(j)
+    key = ("node", j)
+    cached = state.grams_cache.get(key)
+    if current and cached is not None and cached[0] is gram and cached[1] is weights \
+            and cached[2] == state.jitter:
+        return cached[3]
     if kernel_matrix is None:
         kernel_matrix = kernel_of(config, state, j)
+    matrix = _assemble(config, state, j, weights, gram, kernel_matrix)
+    if current and not (gram.requires_grad or weights.requires_grad):
+        state.grams_cache[key] = (gram, weights, state.jitter, matrix)
+    return matrix
+
+
+def spd_factors(state, matrix, name):
+    """``(chol, inverse)`` of a symmetric positive-definite matrix, cached by identity.
+
+    Raises ``numpy.linalg.LinAlgError`` (torch's) when the factorisation fails.  The
+    cache keeps the matrices of the latest calls only (see :func:`prune_factors`).
+    """
+    cache = state.grams_cache.setdefault("factors", {})
+    hit = cache.get(id(matrix))
+    if hit is not None and hit[0] is matrix:
+        return hit[1], hit[2]
+    factor, info = torch.linalg.cholesky_ex(matrix)
+    if int(info) != 0 or not bool(torch.isfinite(factor.diagonal()).all()):
+        raise torch.linalg.LinAlgError(f"The {name} is not positive definite.")
+    inverse = torch.cholesky_inverse(factor)
+    cache[id(matrix)] = (matrix, factor, inverse)
+    return factor, inverse
+
+
+def prune_factors(state, keep):
+    """Drop cached factorisations of matrices that are not in ``keep``."""
+    cache = state.grams_cache.get("factors", {})
+    alive = {id(matrix) for matrix in keep}
+    for key in [key for key in cache if key not in alive]:
+        del cache[key]
+
+
+def _assemble(config, state, j, weights, gram, kernel_matrix):
     matrix = weights[0] * kernel_matrix
     components = node_components(config, state, j)
     if "linear" in components:
@@ -182,6 +228,8 @@ def dkp_objective(config, state, terms=False):
     """
     a = 1.0 if config.objective == "dkp" else 0.0
     n_points = state.inputs.shape[0]
+    differentiable = torch.is_grad_enabled() and any(
+        t.requires_grad for t in [state.omega, *state.hidden_grams, *state.weights])
     values = []
     if config.objective != "gp":
         if config.input_scale:
@@ -191,13 +239,23 @@ def dkp_objective(config, state, terms=False):
             values.append(0.5 * config.nu_input * (a * logdet - torch.diagonal(omega).sum() + dim))
         for layer in range(2, state.n_nodes + 1):
             gram = state.gram(layer)
-            logdet = 2.0 * torch.log(torch.linalg.cholesky(gram).diagonal()).sum() if a else 0.0
             scale = node_matrix(config, state, layer - 1)
             nu = config.nu_hidden[layer - 2]
-            values.append(0.5 * nu * (a * logdet + _gaussian_terms(scale, gram=gram) + n_points))
+            if differentiable:
+                logdet = 2.0 * torch.log(torch.linalg.cholesky(gram).diagonal()).sum() if a else 0.0
+                term = _gaussian_terms(scale, gram=gram)
+            else:  # factorisations shared with the solver's next sweep
+                logdet = 2.0 * torch.log(spd_factors(state, gram, "Gram matrix")[0].diagonal()).sum()
+                factor, inverse = spd_factors(state, scale, "sum kernel")
+                term = -2.0 * torch.log(factor.diagonal()).sum() - (inverse * gram).sum()
+            values.append(0.5 * nu * (a * logdet + term + n_points))
     n_targets = state.targets.shape[1]
     output = node_matrix(config, state, state.n_nodes)
-    values.append(
-        0.5 * n_targets * (_gaussian_terms(output, root=state.data_root) - n_points * math.log(2 * math.pi))
-    )
+    if differentiable:
+        term = _gaussian_terms(output, root=state.data_root)
+    else:
+        factor = spd_factors(state, output, "output covariance")[0]
+        whitened = torch.linalg.solve_triangular(factor, state.data_root, upper=False)
+        term = -2.0 * torch.log(factor.diagonal()).sum() - (whitened * whitened).sum()
+    values.append(0.5 * n_targets * (term - n_points * math.log(2 * math.pi)))
     return values if terms else sum(values)

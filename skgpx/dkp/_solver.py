@@ -15,9 +15,12 @@ import torch
 
 from ..linalg import CARESolveError, solve_care
 from ._grams import chain_derivatives, contract_derivatives, gram_kernel_derivatives
-from ._model import kernel_of, node_components, node_derivatives, node_matrix
+from ._model import (
+    kernel_of, node_components, node_derivatives, node_fixed_eye, node_matrix, prune_factors,
+    spd_factors,
+)
 
-__all__ = ["Breakdown", "sweep"]
+__all__ = ["Breakdown", "keep_factors", "sweep"]
 
 _MAX_LOG_STEP = 2.0
 _MAX_HALVINGS = 10
@@ -32,12 +35,23 @@ def _symmetric(matrix):
     return 0.5 * (matrix + matrix.mT)
 
 
-def _inverse(matrix, name):
-    """``(matrix^-1, chol)`` of a symmetric positive-definite matrix, or Breakdown."""
-    factor, info = torch.linalg.cholesky_ex(matrix)
-    if int(info) != 0 or not bool(torch.isfinite(factor.diagonal()).all()):
-        raise Breakdown(name)
-    return torch.cholesky_inverse(factor), factor
+def _inverse(state, matrix, name):
+    """``(matrix^-1, chol)`` of a symmetric positive-definite matrix, or Breakdown.
+
+    Factorisations are shared (by tensor identity) with the objective evaluation that
+    ends the previous sweep: it factorises the same ``G_l`` and ``S_l``.
+    """
+    try:
+        factor, inverse = spd_factors(state, matrix, name)
+    except torch.linalg.LinAlgError as error:
+        raise Breakdown(name) from error
+    return inverse, factor
+
+
+def keep_factors(state):
+    """Forget cached factorisations of matrices the state no longer holds."""
+    nodes = [state.grams_cache.get(("node", j)) for j in range(1, state.n_nodes + 1)]
+    prune_factors(state, [*state.hidden_grams, *(node[3] for node in nodes if node)])
 
 
 def _sandwich(inverse, gram=None, root=None):
@@ -78,15 +92,35 @@ def _direction(component, message):
     return out
 
 
-def _fisher_step(weights, learnable, directions, inverse, next_times_inverse, nu):
+def _direction_products(directions, learnable, inverse, weights, fixed_eye):
+    """``Z D_a`` for the learnable directions.
+
+    The Eye direction is the identity (no product).  For a hidden node
+    ``S = w K + v G + eps I`` (directions ``K``, ``G``), ``Z S = I`` gives
+    ``Z G = (I - w Z K - eps Z) / v``: one matrix product instead of two, used while
+    ``v`` is not so small that rounding in ``Z S = I`` would be amplified.
+    """
+    products = [None] * len(directions)
+    index = [a for a, flag in enumerate(learnable) if flag]
+    if len(directions) == 2 and all(d is not None for d in directions) and all(learnable) \
+            and float(weights[1]) > 1e-3 * float(weights[0]):
+        products[0] = inverse @ directions[0]
+        eye = torch.eye(inverse.shape[0], dtype=inverse.dtype, device=inverse.device)
+        products[1] = (eye - weights[0] * products[0] - fixed_eye * inverse) / weights[1]
+    else:
+        for a in index:
+            products[a] = inverse if directions[a] is None else inverse @ directions[a]
+    return [products[a] for a in index]
+
+
+def _fisher_step(weights, learnable, products, next_times_inverse, nu):
     """Fisher-scoring step in log weights, ``clip(F_u^-1 g_u, +-2)`` (App. K, corrected).
 
     ``g_a = nu/2 Tr((Z G' Z - Z) D_a)`` and ``F_ab = nu/2 Tr(Z D_a Z D_b)`` for the
-    directions ``D_a = dK/dw_a``; the seed's ``dw = -F g`` misses the inverse.
+    directions ``D_a = dK/dw_a``, given ``products = [Z D_a]`` of the learnable ones;
+    the seed's ``dw = -F g`` misses the inverse.
     """
     index = [a for a, flag in enumerate(learnable) if flag]
-    # Z D_a; the Eye direction of the dkp output node is the identity: no product needed
-    products = [inverse if directions[a] is None else inverse @ directions[a] for a in index]
     grad = torch.stack([
         (next_times_inverse.mT * prod).sum() - prod.diagonal().sum() for prod in products
     ])
@@ -163,7 +197,7 @@ def update_local_weights(config, state, j, gram_next=None, root=None, nu=1.0, cu
     kernel_matrix = kernel_of(config, state, j)
     if current is None:
         matrix = node_matrix(config, state, j, kernel_matrix=kernel_matrix)
-        inverse, factor = _inverse(matrix, f"S_{j}")
+        inverse, factor = _inverse(state, matrix, f"S_{j}")
     else:
         matrix, inverse, factor = current
     learnable = _learnable(config, state, j)
@@ -173,10 +207,10 @@ def update_local_weights(config, state, j, gram_next=None, root=None, nu=1.0, cu
     if value == -math.inf:
         raise Breakdown(f"S_{j}")
     directions = _components(config, state, j, kernel_matrix, identity_as_none=True)
+    products = _direction_products(
+        directions, learnable, inverse, state.weights[j - 1], node_fixed_eye(state, j))
     step = _fisher_step(
-        state.weights[j - 1], learnable, directions, inverse,
-        _times_next(inverse, gram_next, root), nu,
-    )
+        state.weights[j - 1], learnable, products, _times_next(inverse, gram_next, root), nu)
     evaluate = _local_evaluator(config, state, j, kernel_matrix, gram_next, root, nu)
     weights, payload = _accept(
         state.weights[j - 1], step, evaluate, _floor_index(config, state, j), config.noise_floor,
@@ -225,7 +259,7 @@ def update_hidden_gram(config, state, layer, scale_inverse, prev_inverse, gram_n
     (m_matrix, n_matrix), _ = node_derivatives(config, state, layer)
     current = state.gram(layer)
     ratio = nu_next / config.nu_hidden[layer - 2]
-    current_inverse, _ = _inverse(current, f"G_{layer}")
+    current_inverse, _ = _inverse(state, current, f"G_{layer}")
     d_matrix = contract_derivatives(m_matrix, n_matrix, scale_inverse)
     t_matrix = contract_derivatives(m_matrix, n_matrix, _sandwich(scale_inverse, gram_next, root))
     curvature = current @ t_matrix @ current
@@ -249,7 +283,7 @@ def update_input_scale(config, state, scale_inverse, gram_next, root, nu_next, r
     scaled = ratio / inputs.shape[1]
     d_matrix = contract_derivatives(m_matrix, n_matrix, scale_inverse)
     t_matrix = contract_derivatives(m_matrix, n_matrix, _sandwich(scale_inverse, gram_next, root))
-    omega_inverse, _ = _inverse(omega, "Omega")
+    omega_inverse, _ = _inverse(state, omega, "Omega")
     eye = torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
     data_curvature = scaled * (inputs.mT @ d_matrix @ inputs)
     curvature = scaled * (omega @ (inputs.mT @ t_matrix @ inputs) @ omega)
@@ -269,7 +303,7 @@ def _wishart_sweep(config, state, report):
         above = (None, root, n_targets) if layer == last else (
             state.gram(layer + 1), None, config.nu_hidden[layer - 1])
         prev_scale = node_matrix(config, state, layer - 1)
-        prev_inverse, prev_factor = _inverse(prev_scale, f"S_{layer - 1}")
+        prev_inverse, prev_factor = _inverse(state, prev_scale, f"S_{layer - 1}")
         update_hidden_gram(config, state, layer, scale_inverse, prev_inverse, *above, report)
         scale, scale_inverse = update_local_weights(
             config, state, layer - 1, gram_next=state.gram(layer), nu=config.nu_hidden[layer - 2],
@@ -296,7 +330,7 @@ def _gp_sweep(config, state, report):
         message = (1.0, None)
         for k in range(last, j, -1):
             message = chain_derivatives(node_derivatives(config, state, k)[0], message)
-        output_inverse, _ = _inverse(node_matrix(config, state, last), f"S_{last}")
+        output_inverse, _ = _inverse(state, node_matrix(config, state, last), f"S_{last}")
         kernel_matrix = kernel_of(config, state, j)
         directions = [_direction(c, message) for c in _components(config, state, j, kernel_matrix)]
 
@@ -313,10 +347,10 @@ def _gp_sweep(config, state, report):
                 whitened * whitened).sum() * n_targets
             return (float(value), trial) if bool(torch.isfinite(value)) else (-math.inf, None)
 
+        products = [output_inverse @ directions[a] for a, flag in enumerate(learnable) if flag]
         step = _fisher_step(
-            state.weights[j - 1], learnable, directions, output_inverse,
-            _times_next(output_inverse, root=root), n_targets,
-        )
+            state.weights[j - 1], learnable, products, _times_next(output_inverse, root=root),
+            n_targets)
         _, trial = _accept(state.weights[j - 1], step, evaluate, _floor_index(config, state, j),
                            config.noise_floor)
         if trial is None:
