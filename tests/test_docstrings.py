@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 # module -> does it carry examples (every estimator must)
-MODULES = {"skgpx.pathwise._estimator": True, "skgpx.datasets": False, "skgpx.kernels": False,
+MODULES = {"skgpx.pathwise._estimator": True, "skgpx.dkp._estimator": True, "skgpx.datasets": False, "skgpx.kernels": False,
            "skgpx.linalg": False}
 
 
