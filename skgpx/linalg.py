@@ -142,7 +142,7 @@ class CARENoSolutionError(CARESolveError):
 
 
 def _sym(matrix):  # exactly symmetric: rounding makes products like G U G drift
-    return 0.5 * (matrix + matrix.transpose(-2, -1))
+    return torch.add(matrix, matrix.transpose(-2, -1)).mul_(0.5)
 
 
 def _all_finite(*tensors):
@@ -183,8 +183,9 @@ def solve_care_closed_form(alpha, U, Q):
     """
     if not _all_finite(U, Q):
         raise CARESolveError("The Riccati coefficients contain NaN or infinite values.")
-    C = _chol_or_raise(_sym(U), "Riccati quadratic coefficient U")
-    mu, W = torch.linalg.eigh(_sym(C.transpose(-2, -1) @ Q @ C))
+    # cholesky and eigh read one triangle only: no explicit symmetrisation needed
+    C = _chol_or_raise(U, "Riccati quadratic coefficient U")
+    mu, W = torch.linalg.eigh(C.transpose(-2, -1) @ Q @ C)
     disc = alpha * alpha + mu
     if float(disc.min()) < 0:
         raise CARENoSolutionError("The Riccati equation has no real solution (alpha^2 + mu < 0).")

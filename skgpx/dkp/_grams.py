@@ -82,10 +82,12 @@ def gram_kernel_diag(name, diag):
 
 def _square_kernel(name, gram):
     diag = gram.diagonal()
-    kernel = gram_kernel(name, gram, diag, diag)
-    # exact diagonal, written out of place so that autograd can differentiate through it
-    kernel = kernel + torch.diag_embed(gram_kernel_diag(name, diag) - kernel.diagonal())
-    return 0.5 * (kernel + kernel.mT)
+    kernel = gram_kernel(name, gram, diag, diag)  # symmetric: entry (i, j) only uses G_ij
+    exact = gram_kernel_diag(name, diag)
+    if kernel.requires_grad:  # out of place, so that autograd can differentiate through it
+        return kernel + torch.diag_embed(exact - kernel.diagonal())
+    kernel.diagonal().copy_(exact)
+    return kernel
 
 
 def gram_kernel_derivatives(name, gram, derivatives=True):

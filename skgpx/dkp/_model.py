@@ -169,13 +169,15 @@ def prune_factors(state, keep):
 
 
 def _assemble(config, state, j, weights, gram, kernel_matrix):
-    matrix = weights[0] * kernel_matrix
     components = node_components(config, state, j)
     if "linear" in components:
-        matrix = matrix + weights[1] * gram
+        matrix = torch.add(weights[0] * kernel_matrix, gram * weights[1])
+    else:
+        matrix = weights[0] * kernel_matrix
     eye = node_fixed_eye(state, j) + (weights[1] if "eye" in components else 0.0)
-    matrix = matrix + eye * torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
-    return 0.5 * (matrix + matrix.mT)
+    # K(G) and G are symmetric, so S is: the diagonal is added in place on a fresh tensor
+    matrix.diagonal().add_(eye)
+    return matrix
 
 
 def node_derivatives(config, state, j):

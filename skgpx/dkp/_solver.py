@@ -32,7 +32,7 @@ class Breakdown(Exception):
 
 
 def _symmetric(matrix):
-    return 0.5 * (matrix + matrix.mT)
+    return torch.add(matrix, matrix.mT).mul_(0.5)
 
 
 def _inverse(state, matrix, name):
@@ -59,7 +59,9 @@ def _sandwich(inverse, gram=None, root=None):
     if root is not None:
         half = inverse @ root
         return half @ half.mT
-    return _symmetric(inverse @ gram @ inverse)
+    # symmetric up to rounding; it is only read through Hadamard products whose results
+    # feed symmetric (one-triangle) factorisations
+    return inverse @ gram @ inverse
 
 
 def _times_next(inverse, gram=None, root=None):
