@@ -146,12 +146,17 @@ def _sym(matrix):  # exactly symmetric: rounding makes products like G U G drift
 
 
 def _all_finite(*tensors):
-    return all(bool(torch.isfinite(t).all()) for t in tensors)
+    # one reduction per tensor (NaN and inf propagate into the sum); the elementwise test
+    # only runs to rule out an overflowing sum of finite entries
+    return all(
+        bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all()) for t in tensors
+    )
 
 
 def _chol_or_raise(matrix, what):
     factor, info = torch.linalg.cholesky_ex(matrix)
-    if bool((info != 0).any()) or not _all_finite(factor):
+    # every L_ij enters L_ii, so a non-finite factor has a non-finite diagonal
+    if bool((info != 0).any()) or not _all_finite(factor.diagonal(dim1=-2, dim2=-1)):
         raise CARESolveError(f"The {what} is not positive definite.")
     return factor
 

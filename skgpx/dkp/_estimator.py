@@ -123,7 +123,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     device : str, default='auto'
         ``'auto'`` (CUDA when available), ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
     dtype : {'float64', 'float32'}, default='float64'
-        Precision of the torch computations.
+        Precision of the torch computations.  The sum kernels are ill conditioned at
+        the default jitter, so float32 (an opt-in speed mode) needs ``jitter >= 1e-3``
+        to stay within about 1e-3 of float64.
     verbose : int, default=0
         0: silent; 1: one progress bar over sweeps with the objective; 2: also one
         line per sweep.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ._grams import gram_kernel, gram_kernel_derivatives, gram_kernel_diag
-from ._model import node_components, node_fixed_eye, node_matrix
+from ._model import node_components, node_fixed_eye, node_matrix, spd_factors
 
 __all__ = ["PredictionCache", "build_prediction_cache", "propagate"]
 
@@ -42,21 +42,22 @@ def build_prediction_cache(config, state):
     last = state.n_nodes
     maps, corrections = [], []
     for layer in range(2, last + 1):
-        scale = node_matrix(config, state, layer - 1)
-        factor = torch.linalg.cholesky(scale)
+        # the factorisations of the final objective evaluation are reused
+        _, scale_inverse = spd_factors(state, node_matrix(config, state, layer - 1), "sum kernel")
         gram = state.gram(layer)
-        maps.append(torch.cholesky_solve(gram, factor))
-        scale_inverse = torch.cholesky_inverse(factor)
-        correction = scale_inverse @ (gram - scale) @ scale_inverse
+        maps.append(scale_inverse @ gram)  # A = S^-1 G
+        # E = S^-1 (G - S) S^-1, with G - S formed first: A S^-1 - S^-1 would cancel
+        # catastrophically when G is close to S (float32, large dof)
+        correction = scale_inverse @ (gram - node_matrix(config, state, layer - 1)) @ scale_inverse
         corrections.append(0.5 * (correction + correction.mT))
-    factor = torch.linalg.cholesky(node_matrix(config, state, last))
+    factor, output_inverse = spd_factors(state, node_matrix(config, state, last), "output covariance")
     return PredictionCache(
         inputs=state.inputs,
         omega=state.omega,
         train_diags=[state.gram(j).diagonal().clone() for j in range(1, last + 1)],
         hidden_maps=maps,
         hidden_corrections=corrections,
-        output_inverse=torch.cholesky_inverse(factor),
+        output_inverse=output_inverse,
         output_weights=torch.cholesky_solve(state.targets, factor),
         weights=[w.clone() for w in state.weights],
         components=[node_components(config, state, j) for j in range(1, last + 1)],

@@ -10,17 +10,18 @@ the freshest layer above it.  Each block update maximises the objective of
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..linalg import CARESolveError, solve_care
-from ._grams import chain_derivatives, contract_derivatives, gram_kernel_derivatives
+from ._grams import chain_derivatives, contract_derivatives
 from ._model import (
     kernel_of, node_components, node_derivatives, node_fixed_eye, node_matrix, prune_factors,
     spd_factors,
 )
 
-__all__ = ["Breakdown", "keep_factors", "sweep"]
+__all__ = ["Breakdown", "Message", "keep_factors", "sweep"]
 
 _MAX_LOG_STEP = 2.0
 _MAX_HALVINGS = 10
@@ -29,10 +30,6 @@ _MAX_MIRROR_BOOSTS = 8
 
 class Breakdown(Exception):
     """A matrix of the model lost positive definiteness during a sweep."""
-
-
-def _symmetric(matrix):
-    return torch.add(matrix, matrix.mT).mul_(0.5)
 
 
 def _inverse(state, matrix, name):
@@ -126,35 +123,50 @@ def _fisher_step(weights, learnable, products, next_times_inverse, nu):
     grad = torch.stack([
         (next_times_inverse.mT * prod).sum() - prod.diagonal().sum() for prod in products
     ])
-    flat = torch.stack([prod.reshape(-1) for prod in products])
-    transposed = torch.stack([prod.mT.reshape(-1) for prod in products])
-    fisher = flat @ transposed.mT
+    # F_ab = Tr(Z D_a Z D_b) = sum((Z D_a) o (Z D_b)^T), k(k+1)/2 <= 3 reductions
+    size = len(products)
+    fisher = torch.empty((size, size), dtype=weights.dtype, device=weights.device)
+    for a in range(size):
+        for b in range(a, size):
+            fisher[a, b] = fisher[b, a] = (products[a] * products[b].mT).sum()
     w = weights[index]
     grad_u = 0.5 * nu * w * grad
-    fisher_u = 0.5 * nu * w[:, None] * _symmetric(fisher) * w[None, :]
+    fisher_u = 0.5 * nu * w[:, None] * fisher * w[None, :]
     fisher_u = fisher_u + 1e-12 * fisher_u.diagonal().abs().max() * torch.eye(
         len(index), dtype=w.dtype, device=w.device
     )
-    step = torch.linalg.lstsq(fisher_u, grad_u[:, None]).solution[:, 0]
+    step = torch.clamp(torch.linalg.lstsq(fisher_u, grad_u[:, None]).solution[:, 0],
+                       -_MAX_LOG_STEP, _MAX_LOG_STEP)
     full = torch.zeros_like(weights)
-    full[index] = torch.clamp(step, -_MAX_LOG_STEP, _MAX_LOG_STEP)
-    return full
+    full[index] = step
+
+    def predicted_gain(scale):
+        """Gain of ``scale * step`` under the local quadratic (Fisher) model."""
+        scaled = scale * step
+        return float(grad_u @ scaled - 0.5 * scaled @ fisher_u @ scaled)
+
+    return full, predicted_gain
 
 
-def _accept(weights, step, evaluate, floor_index, noise_floor, current=None):
+def _accept(weights, step, evaluate, floor_index, noise_floor, current=None, predicted_gain=None):
     """Halve the log step until ``evaluate`` does not decrease; returns (weights, payload).
 
-    ``current`` is ``evaluate(weights)`` when the caller already has it.
+    ``current`` is ``evaluate(weights)`` when the caller already has it.  A step whose
+    gain predicted by the Fisher model is below rounding level of the objective is not
+    tried: at convergence such steps are rejected anyway, each after a factorisation.
     """
     current, payload = evaluate(weights) if current is None else current
+    scale = 1.0
     for _ in range(_MAX_HALVINGS + 1):
-        trial = weights * torch.exp(step)
+        if predicted_gain is not None and predicted_gain(scale) <= 1e-12 * (1.0 + abs(current)):
+            break
+        trial = weights * torch.exp(scale * step)
         if floor_index is not None:
             trial[floor_index] = torch.clamp(trial[floor_index], min=noise_floor)
         value, trial_payload = evaluate(trial)
         if value >= current:
             return trial, trial_payload
-        step = 0.5 * step
+        scale = 0.5 * scale
     return weights, payload
 
 
@@ -211,12 +223,12 @@ def update_local_weights(config, state, j, gram_next=None, root=None, nu=1.0, cu
     directions = _components(config, state, j, kernel_matrix, identity_as_none=True)
     products = _direction_products(
         directions, learnable, inverse, state.weights[j - 1], node_fixed_eye(state, j))
-    step = _fisher_step(
+    step, gain = _fisher_step(
         state.weights[j - 1], learnable, products, _times_next(inverse, gram_next, root), nu)
     evaluate = _local_evaluator(config, state, j, kernel_matrix, gram_next, root, nu)
     weights, payload = _accept(
         state.weights[j - 1], step, evaluate, _floor_index(config, state, j), config.noise_floor,
-        current=(value, (matrix, inverse)),
+        current=(value, (matrix, inverse)), predicted_gain=gain,
     )
     state.weights[j - 1] = weights
     return payload
@@ -249,70 +261,106 @@ def _care(config, alpha, coefficients, initial, report):
     raise Breakdown(str(last_error))
 
 
-def update_hidden_gram(config, state, layer, scale_inverse, prev_inverse, gram_next, root, nu_next, report):
+@dataclass(frozen=True)
+class Message:
+    """What a node sends down to the Gram matrix below it (seed App. J).
+
+    ``K_next`` is the kernel built on the receiving Gram matrix ``G`` that is the
+    Wishart scale (or the output covariance) of ``G_next``.  The message carries
+    ``nu_next``, ``K_next^-1``, ``G_next`` (dense, or as a root ``R`` with
+    ``G_next = R R^T``) and the derivatives ``(M, N)`` of ``K_next`` in ``G``.
+    Several messages reaching one Gram matrix (forks, seed App. J.3) add their ``r D``
+    and ``r G~ T G~`` terms; the sweeps here build a chain: one message per layer.
+    """
+
+    nu: float
+    inverse: torch.Tensor
+    derivatives: tuple
+    gram: torch.Tensor = None
+    root: torch.Tensor = None
+
+    def terms(self):
+        """``D = M o Z + 2 Diag(N Z)`` and ``T = M o H + 2 Diag(N H)``, ``H = Z G_next Z``."""
+        m_matrix, n_matrix = self.derivatives
+        sandwich = _sandwich(self.inverse, self.gram, self.root)
+        return (contract_derivatives(m_matrix, n_matrix, self.inverse),
+                contract_derivatives(m_matrix, n_matrix, sandwich))
+
+
+def update_hidden_gram(config, state, layer, messages, prev_inverse, report):
     """Stabilised CARE update of ``G_layer`` (seed Eq. 123, Sec. 5 of the spec)::
 
-        U = S_{l-1}^-1 + r (D + lam G~^-1),   Q = r (G~ T G~ + lam G~),
-        0 = 2 alpha G - G U G + Q,            r = nu_{l+1} / nu_l,
+        U = S_{l-1}^-1 + sum_msg r (D + lam G~^-1),   Q = sum_msg r (G~ T G~ + lam G~),
+        0 = 2 alpha G - G U G + Q,                    r = nu_next / nu_l,
 
-    with ``D = M o Z + 2 Diag(N Z)``, ``T = M o H + 2 Diag(N H)``, ``Z = S_l^-1``,
-    ``H = Z G_{l+1} Z`` and ``(M, N)`` the derivatives of ``S_l`` in ``G_l``.
+    with ``D``, ``T`` from each :class:`Message` (for the chain: ``Z = S_l^-1``,
+    ``H = Z G_{l+1} Z`` and ``(M, N)`` the derivatives of ``S_l`` in ``G_l``).
     """
-    (m_matrix, n_matrix), _ = node_derivatives(config, state, layer)
     current = state.gram(layer)
-    ratio = nu_next / config.nu_hidden[layer - 2]
     current_inverse, _ = _inverse(state, current, f"G_{layer}")
-    d_matrix = contract_derivatives(m_matrix, n_matrix, scale_inverse)
-    t_matrix = contract_derivatives(m_matrix, n_matrix, _sandwich(scale_inverse, gram_next, root))
-    curvature = current @ t_matrix @ current
+    data, curvature, ratio = 0.0, 0.0, 0.0
+    for message in messages:
+        r = message.nu / config.nu_hidden[layer - 2]
+        d_matrix, t_matrix = message.terms()
+        data = data + r * d_matrix
+        curvature = curvature + r * (current @ t_matrix @ current)
+        ratio += r
 
     def coefficients(lam):
-        return (prev_inverse + ratio * (d_matrix + lam * current_inverse),
-                ratio * (curvature + lam * current))
+        return (prev_inverse + data + (ratio * lam) * current_inverse,
+                curvature + (ratio * lam) * current)
 
     state.hidden_grams[layer - 2] = _care(config, config.alpha, coefficients, current, report)
 
 
-def update_input_scale(config, state, scale_inverse, gram_next, root, nu_next, report):
+def update_input_scale(config, state, messages, report):
     """CARE update of ``Omega`` (seed App. L; Eq. 190 without its extra ``1/nu_0``)::
 
-        U = I + (r/nu_0) X^T D X + r lam Omega~^-1,
-        Q = (r/nu_0) Omega~ X^T T X Omega~ + r lam Omega~,     r = nu_2 / nu_1.
+        U = I + sum_msg [(r/nu_0) X^T D X + r lam Omega~^-1],
+        Q = sum_msg [(r/nu_0) Omega~ X^T T X Omega~ + r lam Omega~],   r = nu_2 / nu_1.
     """
-    (m_matrix, n_matrix), _ = node_derivatives(config, state, 1)
     inputs, omega = state.inputs, state.omega
-    ratio = nu_next / config.nu_input
-    scaled = ratio / inputs.shape[1]
-    d_matrix = contract_derivatives(m_matrix, n_matrix, scale_inverse)
-    t_matrix = contract_derivatives(m_matrix, n_matrix, _sandwich(scale_inverse, gram_next, root))
     omega_inverse, _ = _inverse(state, omega, "Omega")
     eye = torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
-    data_curvature = scaled * (inputs.mT @ d_matrix @ inputs)
-    curvature = scaled * (omega @ (inputs.mT @ t_matrix @ inputs) @ omega)
+    data, curvature, ratio = 0.0, 0.0, 0.0
+    for message in messages:
+        r = message.nu / config.nu_input
+        d_matrix, t_matrix = message.terms()
+        data = data + (r / inputs.shape[1]) * (inputs.mT @ d_matrix @ inputs)
+        curvature = curvature + (r / inputs.shape[1]) * (omega @ (inputs.mT @ t_matrix @ inputs) @ omega)
+        ratio += r
 
     def coefficients(lam):
-        return (eye + data_curvature + ratio * lam * omega_inverse,
-                curvature + ratio * lam * omega)
+        return (eye + data + (ratio * lam) * omega_inverse, curvature + (ratio * lam) * omega)
 
     state.omega = _care(config, config.alpha, coefficients, omega, report)
+
+
+def _message_from(config, state, j, inverse, above):
+    """The chain's message from node ``j`` down to ``G_j``; ``above = (G_next, root, nu)``."""
+    gram, root, nu = above
+    return Message(nu=nu, inverse=inverse, derivatives=node_derivatives(config, state, j)[0],
+                   gram=gram, root=root)
 
 
 def _wishart_sweep(config, state, report):
     last = state.n_nodes
     root, n_targets = state.data_root, float(state.targets.shape[1])
-    scale, scale_inverse = update_local_weights(config, state, last, root=root, nu=n_targets)
+    _, scale_inverse = update_local_weights(config, state, last, root=root, nu=n_targets)
     for layer in range(last, 1, -1):
         above = (None, root, n_targets) if layer == last else (
             state.gram(layer + 1), None, config.nu_hidden[layer - 1])
         prev_scale = node_matrix(config, state, layer - 1)
         prev_inverse, prev_factor = _inverse(state, prev_scale, f"S_{layer - 1}")
-        update_hidden_gram(config, state, layer, scale_inverse, prev_inverse, *above, report)
-        scale, scale_inverse = update_local_weights(
+        message = _message_from(config, state, layer, scale_inverse, above)
+        update_hidden_gram(config, state, layer, [message], prev_inverse, report)
+        _, scale_inverse = update_local_weights(
             config, state, layer - 1, gram_next=state.gram(layer), nu=config.nu_hidden[layer - 2],
             current=(prev_scale, prev_inverse, prev_factor))
     if config.input_scale:
         above = (None, root, n_targets) if last == 1 else (state.gram(2), None, config.nu_hidden[0])
-        update_input_scale(config, state, scale_inverse, *above, report)
+        update_input_scale(config, state, [_message_from(config, state, 1, scale_inverse, above)],
+                           report)
 
 
 def _forward(config, state, start):
@@ -350,11 +398,11 @@ def _gp_sweep(config, state, report):
             return (float(value), trial) if bool(torch.isfinite(value)) else (-math.inf, None)
 
         products = [output_inverse @ directions[a] for a, flag in enumerate(learnable) if flag]
-        step = _fisher_step(
+        step, gain = _fisher_step(
             state.weights[j - 1], learnable, products, _times_next(output_inverse, root=root),
             n_targets)
         _, trial = _accept(state.weights[j - 1], step, evaluate, _floor_index(config, state, j),
-                           config.noise_floor)
+                           config.noise_floor, predicted_gain=gain)
         if trial is None:
             raise Breakdown(f"S_{last}")
         state.weights[j - 1] = trial.weights[j - 1]

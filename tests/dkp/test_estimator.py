@@ -161,10 +161,14 @@ def test_per_layer_dof():
 
 
 def test_float32_mode_close_to_float64():
-    model64 = _fit()
-    model32 = _fit(dtype="float32")
-    np.testing.assert_allclose(model32.predict(X_TEST), model64.predict(X_TEST), rtol=2e-3,
-                               atol=2e-3 * np.std(Y))
+    """float32 needs a larger Eye jitter (docstring): the sum kernels' condition numbers
+    reach ~1e4-1e5 at jitter=1e-3 with 40 points, so float32 round-off (6e-8) grows to
+    ~1e-3 relative; we allow 1e-2 of the target scale."""
+    model64 = _fit(jitter=1e-3)
+    model32 = _fit(jitter=1e-3, dtype="float32")
+    np.testing.assert_allclose(model32.predict(X_TEST), model64.predict(X_TEST), rtol=0,
+                               atol=1e-2 * np.std(Y))
+    np.testing.assert_allclose(model32.objective_history_, model64.objective_history_, rtol=1e-3)
 
 
 def test_verbose_silent_and_bar(capfd):
