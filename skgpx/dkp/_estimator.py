@@ -94,7 +94,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Weight ``lambda_m`` of the mirror-descent proximity term of each layer update
         (seed App. F); it damps the update without moving the fixed point.
     kleinman_reg : float, default=1.0
-        Shift ``lambda_K`` of the Kleinman-Newton fallback (seed App. G).
+        Damping of the Kleinman-Newton fallback (the seed's ``lambda_K``, App. G).  The
+        Lyapunov shift is ``max(kleinman_reg * min(1, rho) * c, alpha - min(s) + 1e-3 c)``
+        with ``s`` the eigenvalues of ``G U``, ``c = |alpha| + max|s|`` and ``rho`` the
+        relative residual: it is relative to the spectral scale and vanishes near the
+        solution, so the iteration ends as exact Newton (quadratic convergence), where
+        the seed's fixed shift converges linearly.
     care_solver : {'auto', 'closed_form', 'kleinman'}, default='auto'
         Riccati solver: the closed form (``'auto'`` falls back to Kleinman-Newton when
         it fails), or Kleinman-Newton only.
@@ -191,7 +196,11 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     (Eqs. 25, 31); the natural-gradient weight step uses ``F^-1 g`` in log space with
     an acceptance check (App. K prints ``-F g``); the Riccati equation is solved in
     closed form (``A = alpha I`` commutes), Kleinman-Newton being the fallback;
-    ``Omega`` gets mirror terms by analogy with the hidden layers.  ``sample_y``
+    ``Omega`` gets mirror terms by analogy with the hidden layers.  When a layer's
+    Riccati equation has no positive-definite solution (the linearised curvature term
+    ``Q`` too indefinite: with ``U`` positive definite the closed form proves it), the
+    mirror weight of that update is raised fourfold, up to eight times: a shorter step
+    with the same fixed point.  ``sample_y``
     factorises the latent covariance by a symmetric eigendecomposition (negative
     round-off eigenvalues set to zero), as ``numpy``'s multivariate normal does,
     rather than by a jittered Cholesky.

@@ -259,3 +259,24 @@ def test_kleinman_solver_gives_the_same_fit():
     np.testing.assert_allclose(kleinman.objective_history_, closed.objective_history_, rtol=1e-8)
     for a, b in zip(kleinman.gram_matrices_, closed.gram_matrices_):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+
+
+def test_unsolvable_layer_equation_strengthens_the_mirror_term():
+    """With U positive definite and Q too indefinite the Riccati equation has no PD
+    solution; the update retries with a 4x stronger mirror weight until it has one."""
+    from dataclasses import replace
+
+    from skgpx.dkp._solver import _care
+
+    model = DeepKernelProcessRegressor(max_iter=1, device="cpu").fit(TOY_X, TOY_Y)
+    config = replace(_config(model), mirror_reg=0.1, objective="dgp")  # alpha = 0
+    eye = torch.eye(4, dtype=torch.float64)
+
+    def coefficients(lam):  # Q = (lam - 0.5) I: no real solution while lam < 0.5
+        return (1.0 + lam) * eye, (lam - 0.5) * eye
+
+    report = []
+    solution = _care(config, 0.0, coefficients, eye, report)
+    assert report[-1]["mirror_boosts"] == 2  # 0.1 -> 0.4 -> 1.6
+    U, Q = coefficients(1.6)
+    np.testing.assert_allclose((solution @ U @ solution).numpy(), Q.numpy(), atol=1e-12)
