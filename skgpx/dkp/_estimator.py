@@ -583,7 +583,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         n_samples : int, default=1
             Number of draws.
         random_state : int, RandomState instance or None, default=0
-            Seed of the draws (None: fresh entropy from numpy, as scikit-learn's GPR).
+            Seed of the draws.  The fit is deterministic, so there is no fitted
+            prediction seed: None means 0 (never fresh entropy).
 
         Returns
         -------
@@ -599,7 +600,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         eigenvalues, eigenvectors = torch.linalg.eigh(cov)
         root = eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))
         n_targets = mean.shape[1]
-        generator = cpu_generator(draw_seed(random_state))
+        generator = cpu_generator(draw_seed(0 if random_state is None else random_state))
         normals = torch.randn(
             (test.shape[0], n_targets * n_samples), generator=generator, dtype=torch.float64
         ).to(device=cov.device, dtype=cov.dtype)

@@ -84,6 +84,9 @@ def test_sample_y_moments():
     var_sd = np.diag(latent) * np.sqrt(2 / 3999)
     assert np.all(np.abs(draws.var(axis=1, ddof=1) - np.diag(latent)) < 5 * var_sd)
     np.testing.assert_array_equal(draws, model.sample_y(X_TEST[:4], 4000, random_state=3))
+    # no fitted prediction seed: None is the default seed 0, never fresh entropy
+    np.testing.assert_array_equal(model.sample_y(X_TEST, 2, random_state=None),
+                                  model.sample_y(X_TEST, 2))
 
 
 # ----------------------------------------------------------------------------- T12
