@@ -44,11 +44,13 @@ def build_prediction_cache(config, state):
     for layer in range(2, last + 1):
         # the factorisations of the final objective evaluation are reused
         _, scale_inverse = spd_factors(state, node_matrix(config, state, layer - 1), "sum kernel")
-        gram = state.gram(layer)
-        maps.append(scale_inverse @ gram)  # A = S^-1 G
-        # E = S^-1 (G - S) S^-1, with G - S formed first: A S^-1 - S^-1 would cancel
-        # catastrophically when G is close to S (float32, large dof)
-        correction = scale_inverse @ (gram - node_matrix(config, state, layer - 1)) @ scale_inverse
+        # B = S^-1 (G - S) with G - S formed first (A S^-1 - S^-1 would cancel when G is
+        # close to S: float32, large dof); then A = S^-1 G = B + I and E = B S^-1
+        shift = scale_inverse @ (state.gram(layer) - node_matrix(config, state, layer - 1))
+        mapping = shift.clone()
+        mapping.diagonal().add_(1.0)
+        maps.append(mapping)
+        correction = shift @ scale_inverse
         corrections.append(0.5 * (correction + correction.mT))
     factor, output_inverse = spd_factors(state, node_matrix(config, state, last), "output covariance")
     return PredictionCache(
