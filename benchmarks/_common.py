@@ -431,6 +431,19 @@ def child_config():
     return None
 
 
+def run_child_cell(setup, run_once, warmup=None):
+    """Run this process as the child cell that :func:`run_cell` started, if it is one.
+
+    Returns True when it was (the script's ``main`` then returns), False otherwise.
+    The cell's device comes from its config (``"cpu"`` when it names none).
+    """
+    cfg = child_config()
+    if cfg is None:
+        return False
+    cell_main(cfg, setup, run_once, warmup=warmup, device=cfg.get("device", "cpu"))
+    return True
+
+
 if __name__ == "__main__":
     print("benchmarks/_common.py: shared helpers (nothing to run). "
           + format_threads(thread_summary()))

@@ -514,9 +514,7 @@ def report_scaling(args, records):
 
 def main(argv=None):
     """Parse the options, measure the limit, run one child cell per P, report."""
-    cfg = C.child_config()
-    if cfg is not None:
-        C.cell_main(cfg, setup, run_once, warmup=warmup)
+    if C.run_child_cell(setup, run_once, warmup=warmup):
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",

@@ -334,9 +334,7 @@ def report(args, d, results):
 
 
 def main(argv=None):
-    cfg = C.child_config()
-    if cfg is not None:
-        C.cell_main(cfg, cell_setup, cell_run, warmup=False)
+    if C.run_child_cell(cell_setup, cell_run, warmup=False):
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--d2", action="store_true", help="also run d = 2")

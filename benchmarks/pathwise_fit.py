@@ -33,7 +33,6 @@ import _common as C  # noqa: I001  (first: pins the threads before numpy is impo
 
 import argparse
 import json
-import math
 import os
 import warnings
 
@@ -252,9 +251,7 @@ def datasets(args):
 
 
 def main(argv=None):
-    cfg = C.child_config()
-    if cfg is not None:
-        C.cell_main(cfg, setup, run_once, warmup=warmup)
+    if C.run_child_cell(setup, run_once, warmup=warmup):
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="diabetes + friedman n=1000 only")

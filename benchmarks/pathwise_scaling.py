@@ -44,7 +44,6 @@ import functools
 import json
 import math
 import os
-import sys
 import warnings
 
 import numpy as np
@@ -457,9 +456,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    cfg = C.child_config()
-    if cfg is not None:
-        C.cell_main(cfg, setup, run_once, device=cfg["device"])
+    if C.run_child_cell(setup, run_once):
         return
     args = parse_args(argv)
     if args.sweep:

@@ -26,6 +26,7 @@ __all__ = [
     "StrOptions",
     "CPUPickleMixin",
     "TorchEstimatorMixin",
+    "column_standardisation",
     "cpu_generator",
     "draw_seed",
     "progress_bar",
@@ -106,6 +107,18 @@ def rows_per_chunk(batch_size, width, device="cpu"):
     """
     budget = _CHUNK_ELEMENTS["cuda" if str(device).startswith("cuda") else "cpu"]
     return max(1, min(batch_size, budget // max(width, 1)))
+
+
+def column_standardisation(values):
+    """Column means and standard deviations of a 2-D array, for standardising it.
+
+    A (numerically) constant column gets scale 1, as scikit-learn's ``normalize_y``
+    does, so that standardising never divides by zero.
+    """
+    mean = values.mean(axis=0)
+    scale = values.std(axis=0)
+    scale[scale < 10 * np.finfo(scale.dtype).eps] = 1.0
+    return mean, scale
 
 
 def to_numpy(tensor):

@@ -23,6 +23,7 @@ __all__ = [
     "solve_care_kleinman",
     "solve_lower",
     "solve_lyapunov_symmetrizable",
+    "try_cholesky",
 ]
 
 
@@ -30,13 +31,19 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
     """A kernel matrix stayed non positive definite after the largest allowed jitter."""
 
 
-def _try_cholesky(matrix, shift):
+def try_cholesky(matrix, shift=0.0):
+    """Lower Cholesky factor of ``matrix + shift I``, or None if it is not (numerically)
+    positive definite or not finite.
+
+    Only the diagonal of the factor is checked for finiteness: every ``L_ij`` enters
+    ``L_ii = sqrt(A_ii - sum_k L_ik^2)``, so a non-finite factor has a non-finite diagonal.
+    """
     if shift:
         matrix = matrix + shift * torch.eye(
             matrix.shape[-1], dtype=matrix.dtype, device=matrix.device
         )
     factor, info = torch.linalg.cholesky_ex(matrix)
-    if bool((info != 0).any()) or not bool(torch.isfinite(factor).all()):
+    if bool((info != 0).any()) or not bool(torch.isfinite(factor.diagonal(dim1=-2, dim2=-1)).all()):
         return None
     return factor
 
@@ -86,13 +93,13 @@ def jittered_cholesky(
             f"The {name} contains NaN or infinite values; check the kernel "
             "hyperparameters and the input data."
         )
-    factor = _try_cholesky(matrix, base_jitter)
+    factor = try_cholesky(matrix, base_jitter)
     if factor is not None:
         return factor, 0.0
     scale = float(matrix.diagonal(dim1=-2, dim2=-1).mean().abs()) or 1.0
     extra = jitter * scale
     while 0 < extra <= max_jitter * scale * (1 + 1e-9):
-        factor = _try_cholesky(matrix, base_jitter + extra)
+        factor = try_cholesky(matrix, base_jitter + extra)
         if factor is not None:
             warnings.warn(
                 f"The {name} was not numerically positive definite; added a jitter "
@@ -154,9 +161,8 @@ def _all_finite(*tensors):
 
 
 def _chol_or_raise(matrix, what):
-    factor, info = torch.linalg.cholesky_ex(matrix)
-    # every L_ij enters L_ii, so a non-finite factor has a non-finite diagonal
-    if bool((info != 0).any()) or not _all_finite(factor.diagonal(dim1=-2, dim2=-1)):
+    factor = try_cholesky(matrix)
+    if factor is None:
         raise CARESolveError(f"The {what} is not positive definite.")
     return factor
 
@@ -327,10 +333,10 @@ def solve_care_kleinman(alpha, U, Q, initial=None, *, reg=0.0, max_iter=200, tol
         D = _lyapunov_from_eig(L, s, V, R, alpha - lam)
         t, L_new = 1.0, None
         for _ in range(30):
-            L_new, info = torch.linalg.cholesky_ex(_sym(G + t * D))
-            if int(info) == 0 and _all_finite(L_new):
+            L_new = try_cholesky(_sym(G + t * D))
+            if L_new is not None:
                 break
-            t, L_new = 0.5 * t, None
+            t *= 0.5
         if L_new is None:
             break  # no positive definite step along D
         G, L = _sym(G + t * D), L_new

@@ -97,3 +97,12 @@ def test_progress_bar_is_silent_at_verbose_zero(capfd):
     with progress_bar(1, "fitting", total=2) as bar:
         bar.update()
     assert "fitting" in capfd.readouterr().err
+
+
+def test_column_standardisation_matches_numpy_and_guards_constant_columns():
+    from skgpx._base import column_standardisation
+
+    values = np.array([[1.0, 5.0, 2.0], [3.0, 5.0, 4.0], [8.0, 5.0, 9.0]])
+    mean, scale = column_standardisation(values)
+    np.testing.assert_array_equal(mean, values.mean(axis=0))
+    np.testing.assert_array_equal(scale, [values[:, 0].std(), 1.0, values[:, 2].std()])

@@ -13,6 +13,7 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    column_standardisation,
     cpu_generator,
     draw_seed,
     progress_bar,
@@ -21,9 +22,11 @@ from .._base import (
 )
 from ..linalg import NotPositiveDefiniteError
 from ._grams import GRAM_KERNELS
-from ._model import DKPConfig, DKPState, dkp_objective, forward_prior_means
+from ._model import (
+    Breakdown, DKPConfig, DKPState, dkp_objective, forward_prior_means, prune_factors,
+)
 from ._predict import build_prediction_cache, propagate
-from ._solver import Breakdown, keep_factors, sweep
+from ._solver import sweep
 
 __all__ = ["DeepKernelProcessRegressor"]
 
@@ -32,13 +35,6 @@ _ADVICE = (
     "increase jitter, noise_variance, dof or mirror_reg (or standardise the inputs with "
     "normalize_X=True)"
 )
-
-
-def _standardise(values):
-    mean = values.mean(axis=0)
-    scale = values.std(axis=0)
-    scale[scale == 0.0] = 1.0
-    return mean, scale
 
 
 class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -352,9 +348,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             and len(previous.hidden_grams) == self.n_layers
             and self._fitted_structure == (self.kernel, self.skip, self.input_scale)
         ):
-            state = previous.copy(inputs=inputs, targets=targets)
-            state.grams_cache = {}
-            return state
+            return previous.copy(inputs=inputs, targets=targets, jitter=jitter, grams_cache={})
         half = torch.full((2 if self.skip else 1,), 0.5, dtype=dtype, device=device)
         weights = [half.clone() for _ in range(self.n_layers)]
         weights.append(torch.tensor([1.0, float(self.noise_variance)], dtype=dtype, device=device))
@@ -406,8 +400,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
         X = np.asarray(X, dtype=np.float64)
         y_matrix = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
-        x_mean, x_scale = _standardise(X) if self.normalize_X else (0.0, 1.0)
-        y_mean, y_scale = _standardise(y_matrix) if self.normalize_y else (
+        x_mean, x_scale = column_standardisation(X) if self.normalize_X else (0.0, 1.0)
+        y_mean, y_scale = column_standardisation(y_matrix) if self.normalize_y else (
             np.zeros(y_matrix.shape[1]), np.ones(y_matrix.shape[1]))
         inputs = self._as_tensor((X - x_mean) / x_scale, device, dtype)
         targets = self._as_tensor((y_matrix - y_mean) / y_scale, device, dtype)
@@ -447,7 +441,6 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             while True:
                 try:
                     state = self._initial_state(inputs, targets, jitter, device, dtype)
-                    state.jitter = jitter
                     if any(gram is None for gram in state.hidden_grams) or config.objective == "gp":
                         forward_prior_means(config, state)
                     history = [self._objective(config, state, 0)]
@@ -466,7 +459,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
                     state = saved
                     state.jitter = jitter
                     continue
-                keep_factors(state)
+                prune_factors(state)
                 unconverged_care |= any(not info["converged"] for info in report)
                 history.append(value)
                 sweep_index += 1
@@ -493,10 +486,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
     @staticmethod
     def _objective(config, state, sweep_index):
-        try:
-            value = float(dkp_objective(config, state))
-        except torch.linalg.LinAlgError as error:
-            raise Breakdown(str(error)) from error
+        value = float(dkp_objective(config, state))  # Breakdown when a factor fails
         if not np.isfinite(value):
             raise RuntimeError(
                 f"The objective became non-finite after sweep {sweep_index}; {_ADVICE}."

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..linalg import logdet_from_cholesky, solve_lower, try_cholesky
 from ._grams import gram_kernel_derivatives
 
 __all__ = [
-    "DKPConfig", "DKPState", "dkp_objective", "node_derivatives", "node_matrix", "prune_factors",
-    "spd_factors",
+    "Breakdown", "DKPConfig", "DKPState", "dkp_objective", "gaussian_term", "node_derivatives",
+    "node_matrix", "prune_factors", "spd_factors",
 ]
 
 
@@ -142,41 +143,56 @@ def node_matrix(config, state, j, weights=None, kernel_matrix=None):
     return matrix
 
 
+class Breakdown(Exception):
+    """A matrix of the model lost positive definiteness (the fit raises the jitter)."""
+
+
 def spd_factors(state, matrix, name):
     """``(chol, inverse)`` of a symmetric positive-definite matrix, cached by identity.
 
-    Raises ``numpy.linalg.LinAlgError`` (torch's) when the factorisation fails.  The
-    cache keeps the matrices of the latest calls only (see :func:`prune_factors`).
+    Factorisations are shared between the objective evaluation that ends a sweep and
+    the next sweep, which factorises the same ``G_l`` and ``S_l``.  Raises
+    :class:`Breakdown` when the factorisation fails.  The cache keeps the matrices of
+    the latest sweep only (see :func:`prune_factors`).
     """
     cache = state.grams_cache.setdefault("factors", {})
     hit = cache.get(id(matrix))
     if hit is not None and hit[0] is matrix:
         return hit[1], hit[2]
-    factor, info = torch.linalg.cholesky_ex(matrix)
-    if int(info) != 0 or not bool(torch.isfinite(factor.diagonal()).all()):
-        raise torch.linalg.LinAlgError(f"The {name} is not positive definite.")
+    factor = try_cholesky(matrix)
+    if factor is None:
+        raise Breakdown(f"The {name} is not positive definite.")
     inverse = torch.cholesky_inverse(factor)
     cache[id(matrix)] = (matrix, factor, inverse)
     return factor, inverse
 
 
-def prune_factors(state, keep):
-    """Drop cached factorisations of matrices that are not in ``keep``."""
+def prune_factors(state):
+    """Drop cached factorisations of matrices the state no longer holds (called after
+    each sweep: the hidden Grams and the current node matrices stay)."""
     cache = state.grams_cache.get("factors", {})
-    alive = {id(matrix) for matrix in keep}
+    nodes = [state.grams_cache.get(("node", j)) for j in range(1, state.n_nodes + 1)]
+    alive = {id(matrix) for matrix in [*state.hidden_grams, *(node[3] for node in nodes if node)]}
     for key in [key for key in cache if key not in alive]:
         del cache[key]
 
 
+def weighted_components(weights, names, kernel_block, gram_block):
+    """``w K + v G`` of a sum kernel on any block of it; its Eye part is :func:`eye_weight`."""
+    out = weights[0] * kernel_block
+    return torch.add(out, gram_block * weights[1]) if "linear" in names else out
+
+
+def eye_weight(weights, names, fixed_eye):
+    """The diagonal of a sum kernel: its fixed jitter plus a learned Eye weight (``sigma^2``)."""
+    return fixed_eye + (weights[1] if "eye" in names else 0.0)
+
+
 def _assemble(config, state, j, weights, gram, kernel_matrix):
-    components = node_components(config, state, j)
-    if "linear" in components:
-        matrix = torch.add(weights[0] * kernel_matrix, gram * weights[1])
-    else:
-        matrix = weights[0] * kernel_matrix
-    eye = node_fixed_eye(state, j) + (weights[1] if "eye" in components else 0.0)
+    names = node_components(config, state, j)
+    matrix = weighted_components(weights, names, kernel_matrix, gram)
     # K(G) and G are symmetric, so S is: the diagonal is added in place on a fresh tensor
-    matrix.diagonal().add_(eye)
+    matrix.diagonal().add_(eye_weight(weights, names, node_fixed_eye(state, j)))
     return matrix
 
 
@@ -194,22 +210,23 @@ def node_derivatives(config, state, j):
     return (m_matrix, weights[0] * n_kernel), kernel_matrix
 
 
-def forward_prior_means(config, state):
-    """Set every hidden Gram matrix to its prior mean ``G_{l} = S_{l-1}`` (seed Alg. 1)."""
-    for layer in range(2, state.n_nodes + 1):
+def forward_prior_means(config, state, start=1):
+    """Set the hidden Gram matrices above layer ``start`` to their prior means
+    ``G_l = S_{l-1}`` (seed Alg. 1; the deterministic layers of ``'gp'``)."""
+    for layer in range(start + 1, state.n_nodes + 1):
         state.hidden_grams[layer - 2] = node_matrix(config, state, layer - 1)
     return state
 
 
-def _gaussian_terms(scale, gram=None, root=None):
-    """``-log|S| - Tr(S^-1 G)`` for ``G`` given densely or as ``R R^T``, by Cholesky."""
-    factor = torch.linalg.cholesky(scale)
-    logdet = 2.0 * torch.log(factor.diagonal()).sum()
+def gaussian_term(factor, root=None, gram=None, inverse=None):
+    """``-log|S| - Tr(S^-1 G)`` from ``chol(S)``, with ``G`` given as a root ``R``
+    (``G = R R^T``: one triangular solve), or densely together with ``S^-1``."""
     if root is not None:
-        whitened = torch.linalg.solve_triangular(factor, root, upper=False)
+        whitened = solve_lower(factor, root)
+        trace = (whitened * whitened).sum()
     else:
-        whitened = torch.linalg.solve_triangular(factor, torch.linalg.cholesky(gram), upper=False)
-    return -logdet - (whitened * whitened).sum()
+        trace = (inverse * gram).sum()
+    return -logdet_from_cholesky(factor) - trace
 
 
 def dkp_objective(config, state, terms=False):
@@ -232,6 +249,14 @@ def dkp_objective(config, state, terms=False):
     n_points = state.inputs.shape[0]
     differentiable = torch.is_grad_enabled() and any(
         t.requires_grad for t in [state.omega, *state.hidden_grams, *state.weights])
+
+    def factors(matrix, name):
+        # under autograd: plain Cholesky; in the solver: factorisations (and inverses)
+        # shared with the next sweep
+        if differentiable:
+            return torch.linalg.cholesky(matrix), None
+        return spd_factors(state, matrix, name)
+
     values = []
     if config.objective != "gp":
         if config.input_scale:
@@ -243,21 +268,15 @@ def dkp_objective(config, state, terms=False):
             gram = state.gram(layer)
             scale = node_matrix(config, state, layer - 1)
             nu = config.nu_hidden[layer - 2]
-            if differentiable:
-                logdet = 2.0 * torch.log(torch.linalg.cholesky(gram).diagonal()).sum() if a else 0.0
-                term = _gaussian_terms(scale, gram=gram)
-            else:  # factorisations shared with the solver's next sweep
-                logdet = 2.0 * torch.log(spd_factors(state, gram, "Gram matrix")[0].diagonal()).sum()
-                factor, inverse = spd_factors(state, scale, "sum kernel")
-                term = -2.0 * torch.log(factor.diagonal()).sum() - (inverse * gram).sum()
-            values.append(0.5 * nu * (a * logdet + term + n_points))
+            gram_factor, _ = factors(gram, "Gram matrix")
+            scale_factor, scale_inverse = factors(scale, "sum kernel")
+            if scale_inverse is None:  # autograd: G through its Cholesky root
+                term = gaussian_term(scale_factor, root=gram_factor)
+            else:
+                term = gaussian_term(scale_factor, gram=gram, inverse=scale_inverse)
+            values.append(0.5 * nu * (a * logdet_from_cholesky(gram_factor) + term + n_points))
     n_targets = state.targets.shape[1]
-    output = node_matrix(config, state, state.n_nodes)
-    if differentiable:
-        term = _gaussian_terms(output, root=state.data_root)
-    else:
-        factor = spd_factors(state, output, "output covariance")[0]
-        whitened = torch.linalg.solve_triangular(factor, state.data_root, upper=False)
-        term = -2.0 * torch.log(factor.diagonal()).sum() - (whitened * whitened).sum()
+    output_factor, _ = factors(node_matrix(config, state, state.n_nodes), "output covariance")
+    term = gaussian_term(output_factor, root=state.data_root)
     values.append(0.5 * n_targets * (term - n_points * math.log(2 * math.pi)))
     return values if terms else sum(values)

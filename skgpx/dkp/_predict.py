@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from ._grams import gram_kernel, gram_kernel_derivatives, gram_kernel_diag
-from ._model import node_components, node_fixed_eye, node_matrix, spd_factors
+from ._model import (
+    eye_weight, node_components, node_fixed_eye, node_matrix, spd_factors, weighted_components,
+)
 
 __all__ = ["PredictionCache", "build_prediction_cache", "propagate"]
 
@@ -52,7 +54,7 @@ def build_prediction_cache(config, state):
         maps.append(mapping)
         correction = shift @ scale_inverse
         corrections.append(0.5 * (correction + correction.mT))
-    factor, output_inverse = spd_factors(state, node_matrix(config, state, last), "output covariance")
+    output_inverse = spd_factors(state, node_matrix(config, state, last), "output covariance")[1]
     return PredictionCache(
         inputs=state.inputs,
         omega=state.omega,
@@ -60,7 +62,7 @@ def build_prediction_cache(config, state):
         hidden_maps=maps,
         hidden_corrections=corrections,
         output_inverse=output_inverse,
-        output_weights=torch.cholesky_solve(state.targets, factor),
+        output_weights=output_inverse @ state.targets,
         weights=[w.clone() for w in state.weights],
         components=[node_components(config, state, j) for j in range(1, last + 1)],
         fixed_eyes=[node_fixed_eye(state, j) for j in range(1, last + 1)],
@@ -71,19 +73,17 @@ def build_prediction_cache(config, state):
 def _node_blocks(cache, j, cross, test_gram, full):
     """``S_j`` between test and training points, and on the test points."""
     weights, names = cache.weights[j - 1], cache.components[j - 1]
-    train_diag = cache.train_diags[j - 1]
     test_diag = test_gram.diagonal() if full else test_gram
-    s_cross = weights[0] * gram_kernel(cache.kernel, cross, test_diag, train_diag)
+    kernel_cross = gram_kernel(cache.kernel, cross, test_diag, cache.train_diags[j - 1])
     if full:
-        s_test = weights[0] * gram_kernel_derivatives(cache.kernel, test_gram, derivatives=False)
+        kernel_test = gram_kernel_derivatives(cache.kernel, test_gram, derivatives=False)
     else:
-        s_test = weights[0] * gram_kernel_diag(cache.kernel, test_gram)
-    if "linear" in names:
-        s_cross = s_cross + weights[1] * cross
-        s_test = s_test + weights[1] * test_gram
-    eye = cache.fixed_eyes[j - 1] + (weights[1] if "eye" in names else 0.0)
+        kernel_test = gram_kernel_diag(cache.kernel, test_gram)
+    s_cross = weighted_components(weights, names, kernel_cross, cross)
+    s_test = weighted_components(weights, names, kernel_test, test_gram)
+    eye = eye_weight(weights, names, cache.fixed_eyes[j - 1])
     if full:
-        s_test = s_test + eye * torch.eye(s_test.shape[0], dtype=s_test.dtype, device=s_test.device)
+        s_test.diagonal().add_(eye)
     else:
         s_test = s_test + eye
     return s_cross, s_test

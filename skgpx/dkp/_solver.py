@@ -14,41 +14,18 @@ from dataclasses import dataclass
 
 import torch
 
-from ..linalg import CARESolveError, solve_care
+from ..linalg import CARESolveError, solve_care, try_cholesky
 from ._grams import chain_derivatives, contract_derivatives
 from ._model import (
-    kernel_of, node_components, node_derivatives, node_fixed_eye, node_matrix, prune_factors,
-    spd_factors,
+    Breakdown, forward_prior_means, gaussian_term, kernel_of, node_components, node_derivatives,
+    node_fixed_eye, node_matrix, spd_factors,
 )
 
-__all__ = ["Breakdown", "Message", "keep_factors", "sweep"]
+__all__ = ["Message", "sweep"]
 
 _MAX_LOG_STEP = 2.0
 _MAX_HALVINGS = 10
 _MAX_MIRROR_BOOSTS = 8
-
-
-class Breakdown(Exception):
-    """A matrix of the model lost positive definiteness during a sweep."""
-
-
-def _inverse(state, matrix, name):
-    """``(matrix^-1, chol)`` of a symmetric positive-definite matrix, or Breakdown.
-
-    Factorisations are shared (by tensor identity) with the objective evaluation that
-    ends the previous sweep: it factorises the same ``G_l`` and ``S_l``.
-    """
-    try:
-        factor, inverse = spd_factors(state, matrix, name)
-    except torch.linalg.LinAlgError as error:
-        raise Breakdown(name) from error
-    return inverse, factor
-
-
-def keep_factors(state):
-    """Forget cached factorisations of matrices the state no longer holds."""
-    nodes = [state.grams_cache.get(("node", j)) for j in range(1, state.n_nodes + 1)]
-    prune_factors(state, [*state.hidden_grams, *(node[3] for node in nodes if node)])
 
 
 def _sandwich(inverse, gram=None, root=None):
@@ -172,12 +149,7 @@ def _accept(weights, step, evaluate, floor_index, noise_floor, current=None, pre
 
 def _local_value(factor, inverse, gram_next, root, nu):
     """``nu/2 (-log|S| - Tr(S^-1 G'))`` from the Cholesky factor (and inverse) of ``S``."""
-    if root is not None:
-        whitened = torch.linalg.solve_triangular(factor, root, upper=False)
-        trace = (whitened * whitened).sum()
-    else:
-        trace = (inverse * gram_next).sum()
-    value = -0.5 * nu * (2.0 * torch.log(factor.diagonal()).sum() + trace)
+    value = 0.5 * nu * gaussian_term(factor, root=root, gram=gram_next, inverse=inverse)
     return float(value) if bool(torch.isfinite(value)) else -math.inf
 
 
@@ -186,8 +158,8 @@ def _local_evaluator(config, state, j, kernel_matrix, gram_next=None, root=None,
 
     def evaluate(weights):
         matrix = node_matrix(config, state, j, weights, kernel_matrix)
-        factor, info = torch.linalg.cholesky_ex(matrix)
-        if int(info) != 0:
+        factor = try_cholesky(matrix)
+        if factor is None:
             return -math.inf, None
         inverse = torch.cholesky_inverse(factor)
         value = _local_value(factor, inverse, gram_next, root, nu)
@@ -211,7 +183,7 @@ def update_local_weights(config, state, j, gram_next=None, root=None, nu=1.0, cu
     kernel_matrix = kernel_of(config, state, j)
     if current is None:
         matrix = node_matrix(config, state, j, kernel_matrix=kernel_matrix)
-        inverse, factor = _inverse(state, matrix, f"S_{j}")
+        factor, inverse = spd_factors(state, matrix, f"S_{j}")
     else:
         matrix, inverse, factor = current
     learnable = _learnable(config, state, j)
@@ -297,7 +269,7 @@ def update_hidden_gram(config, state, layer, messages, prev_inverse, report):
     ``H = Z G_{l+1} Z`` and ``(M, N)`` the derivatives of ``S_l`` in ``G_l``).
     """
     current = state.gram(layer)
-    current_inverse, _ = _inverse(state, current, f"G_{layer}")
+    current_inverse = spd_factors(state, current, f"G_{layer}")[1]
     data, curvature, ratio = 0.0, 0.0, 0.0
     for message in messages:
         r = message.nu / config.nu_hidden[layer - 2]
@@ -320,7 +292,7 @@ def update_input_scale(config, state, messages, report):
         Q = sum_msg [(r/nu_0) Omega~ X^T T X Omega~ + r lam Omega~],   r = nu_2 / nu_1.
     """
     inputs, omega = state.inputs, state.omega
-    omega_inverse, _ = _inverse(state, omega, "Omega")
+    omega_inverse = spd_factors(state, omega, "Omega")[1]
     eye = torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
     data, curvature, ratio = 0.0, 0.0, 0.0
     for message in messages:
@@ -351,7 +323,7 @@ def _wishart_sweep(config, state, report):
         above = (None, root, n_targets) if layer == last else (
             state.gram(layer + 1), None, config.nu_hidden[layer - 1])
         prev_scale = node_matrix(config, state, layer - 1)
-        prev_inverse, prev_factor = _inverse(state, prev_scale, f"S_{layer - 1}")
+        prev_factor, prev_inverse = spd_factors(state, prev_scale, f"S_{layer - 1}")
         message = _message_from(config, state, layer, scale_inverse, above)
         update_hidden_gram(config, state, layer, [message], prev_inverse, report)
         _, scale_inverse = update_local_weights(
@@ -361,12 +333,6 @@ def _wishart_sweep(config, state, report):
         above = (None, root, n_targets) if last == 1 else (state.gram(2), None, config.nu_hidden[0])
         update_input_scale(config, state, [_message_from(config, state, 1, scale_inverse, above)],
                            report)
-
-
-def _forward(config, state, start):
-    """Deterministic layers (``'gp'``): ``G_l = S_{l-1}`` for ``l > start``."""
-    for layer in range(start + 1, state.n_nodes + 1):
-        state.hidden_grams[layer - 2] = node_matrix(config, state, layer - 1)
 
 
 def _gp_sweep(config, state, report):
@@ -380,22 +346,19 @@ def _gp_sweep(config, state, report):
         message = (1.0, None)
         for k in range(last, j, -1):
             message = chain_derivatives(node_derivatives(config, state, k)[0], message)
-        output_inverse, _ = _inverse(state, node_matrix(config, state, last), f"S_{last}")
+        output_inverse = spd_factors(state, node_matrix(config, state, last), f"S_{last}")[1]
         kernel_matrix = kernel_of(config, state, j)
         directions = [_direction(c, message) for c in _components(config, state, j, kernel_matrix)]
 
         def evaluate(weights, j=j):
             trial = state.copy()
             trial.weights[j - 1] = weights
-            _forward(config, trial, j)
-            matrix = node_matrix(config, trial, last)
-            factor, info = torch.linalg.cholesky_ex(matrix)
-            if int(info) != 0:
+            forward_prior_means(config, trial, start=j)
+            factor = try_cholesky(node_matrix(config, trial, last))
+            if factor is None:
                 return -math.inf, None
-            whitened = torch.linalg.solve_triangular(factor, root, upper=False)
-            value = -0.5 * n_targets * (2.0 * torch.log(factor.diagonal()).sum()) - 0.5 * (
-                whitened * whitened).sum() * n_targets
-            return (float(value), trial) if bool(torch.isfinite(value)) else (-math.inf, None)
+            value = _local_value(factor, None, None, root, n_targets)
+            return (value, None if value == -math.inf else trial)
 
         products = [output_inverse @ directions[a] for a, flag in enumerate(learnable) if flag]
         step, gain = _fisher_step(

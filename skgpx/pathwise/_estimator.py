@@ -17,6 +17,7 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    column_standardisation,
     cpu_generator,
     draw_seed,
     progress_bar,
@@ -279,9 +280,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 f"`n_targets`. Got {n_targets} != {self.n_targets}."
             )
         if self.normalize_y:
-            y_mean = np.mean(y, axis=0).reshape(-1)
-            y_std = np.std(y, axis=0).reshape(-1)
-            y_std[y_std < 10 * np.finfo(y_std.dtype).eps] = 1.0
+            y_mean, y_std = column_standardisation(y.reshape(n, n_targets))
             y = (y - y_mean.reshape(y.shape[1:])) / y_std.reshape(y.shape[1:])
         else:
             y_mean, y_std = np.zeros(n_targets), np.ones(n_targets)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .._base import rows_per_chunk
-from ..linalg import cholesky_solve, logdet_from_cholesky, solve_lower
+from ..linalg import cholesky_solve, logdet_from_cholesky, solve_lower, try_cholesky
 
 def log_marginal_likelihood(kernel, theta, X, Y, alpha, eval_gradient=False):
     """scikit-learn's log marginal likelihood, summed over targets, and its gradient.
@@ -49,8 +49,8 @@ def log_marginal_likelihood(kernel, theta, X, Y, alpha, eval_gradient=False):
         K = kernel(X, theta=theta)
     K_A = K.detach().clone()
     K_A.diagonal().add_(alpha)
-    L, info = torch.linalg.cholesky_ex(K_A)
-    if int(info) != 0 or not bool(torch.isfinite(L).all()):
+    L = try_cholesky(K_A)
+    if L is None:
         return (-np.inf, np.zeros(theta.shape[0])) if eval_gradient else -np.inf
     a = cholesky_solve(L, Y)
     lml = lml_from_factor(L, Y, a)

@@ -4,7 +4,6 @@ Linearisation convention: for symmetric dG,
 ``dK = dG o M + Diag(dG) N + N^T Diag(dG)`` with ``Diag(A) = I o A``.
 """
 
-import math
 
 import numpy as np
 import pytest

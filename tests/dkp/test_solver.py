@@ -50,17 +50,7 @@ def _state_from(model, dtype=torch.float64):
 
 
 def _config(model):
-    dof = model.dof_
-    offset = int(model.input_scale)
-    from skgpx.dkp._model import DKPConfig
-    return DKPConfig(
-        kernel=model.kernel, skip=model.skip, input_scale=model.input_scale,
-        objective=model.objective, nu_input=float(dof[0]) if offset else 1.0,
-        nu_hidden=tuple(float(v) for v in dof[offset:]), mirror_reg=model.mirror_reg,
-        kleinman_reg=model.kleinman_reg, care_solver=model.care_solver,
-        max_care_iter=model.max_care_iter, care_tol=model.care_tol,
-        learn_noise=model.learn_noise, learn_weights=model.learn_weights,
-    )
+    return model._config(model.dof_)
 
 
 # ----------------------------------------------------------------------------- T5
