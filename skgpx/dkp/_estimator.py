@@ -550,17 +550,18 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             return y_mean, y_cov
         n_train = self._cache.inputs.shape[0]
         rows = rows_per_chunk(4096, n_train, self.device_)
-        means, variances = [], []
+        # chunks write into outputs on the device; one copy to the host at the end
+        means = test.new_empty((test.shape[0], self._cache.output_weights.shape[1]))
+        variances = test.new_empty(test.shape[0])
         for start in range(0, test.shape[0], rows):
-            mean, var = propagate(self._cache, test[start : start + rows])
-            means.append(to_numpy(mean))
-            variances.append(to_numpy(var))
-        y_mean = np.concatenate(means) * self._y_scale + self._y_mean
+            stop = start + rows
+            means[start:stop], variances[start:stop] = propagate(self._cache, test[start:stop])
+        y_mean = to_numpy(means) * self._y_scale + self._y_mean
         if self._single_target():
             y_mean = y_mean[:, 0]
         if not return_std:
             return y_mean
-        std = np.sqrt(np.clip(np.concatenate(variances), 0.0, None))[:, None] * self._y_scale
+        std = np.sqrt(np.clip(to_numpy(variances), 0.0, None))[:, None] * self._y_scale
         return y_mean, std[:, 0] if self._single_target() else std
 
     def sample_y(self, X, n_samples=1, random_state=0):
