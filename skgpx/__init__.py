@@ -2,7 +2,15 @@
 
 from .dkp import DeepKernelProcessRegressor
 from .pathwise import PathwiseFunctions, PathwiseGPSampler
+from .qep import DeepQEPClassifier, DeepQEPRegressor
 
 __version__ = "0.1.0"
 
-__all__ = ["DeepKernelProcessRegressor", "PathwiseFunctions", "PathwiseGPSampler", "__version__"]
+__all__ = [
+    "DeepKernelProcessRegressor",
+    "DeepQEPClassifier",
+    "DeepQEPRegressor",
+    "PathwiseFunctions",
+    "PathwiseGPSampler",
+    "__version__",
+]

@@ -5,6 +5,7 @@ copies and CPU-safe pickling live here once.  Private scikit-learn helpers are
 imported in this module only, so that a scikit-learn change is fixed in one place.
 """
 
+import contextlib
 import copy
 import dataclasses
 import re
@@ -29,6 +30,7 @@ __all__ = [
     "column_standardisation",
     "cpu_generator",
     "draw_seed",
+    "fenced_global_rng",
     "progress_bar",
     "resolve_device",
     "rows_per_chunk",
@@ -82,6 +84,21 @@ def draw_seed(random_state):
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+@contextlib.contextmanager
+def fenced_global_rng(seed, device="cpu"):
+    """Seed torch's global generators for code that only uses them (module constructors,
+    third-party training loops), restoring the caller's state on exit.
+
+    The CPU generator is always fenced, and the generator of ``device`` when it is CUDA.
+    """
+    devices = []
+    if str(device).startswith("cuda"):
+        devices = [torch.device(device).index or torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        yield
 
 
 def cpu_generator(seed):

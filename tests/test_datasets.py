@@ -1,7 +1,15 @@
 import numpy as np
 import pytest
 
-from skgpx.datasets import make_dkp_toy, make_gap_1d, make_matern_2d, make_sine_1d
+from skgpx.datasets import (
+    make_annular_rhombus,
+    make_dkp_toy,
+    make_gap_1d,
+    make_matern_2d,
+    make_sine_1d,
+    make_step_turn_series,
+    rhombus_labels,
+)
 
 
 def _sine(X):
@@ -110,3 +118,210 @@ def test_bad_arguments(make, kwargs, exc, match):
 def test_bad_length_scale():
     with pytest.raises(ValueError, match=r"length_scale=0 must be a real number > 0"):
         make_matern_2d(length_scale=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deep Q-EP paper data sets (/work/shared/seeds/001_fa5885c0f1d7844f.txt, Sec. 5.1 and 5.2)
+
+
+def test_step_turn_shapes_and_dtypes():
+    X, y, y_true = make_step_turn_series(random_state=0)
+    assert X.shape == (100, 1) and y.shape == (100, 2) and y_true.shape == (100, 2)
+    assert X.dtype == y.dtype == y_true.dtype == np.float64
+    assert np.all(np.isfinite(y))
+    # x = linspace(0, 1, n): the paper's t = 2 x evenly spaced on [0, 2].
+    np.testing.assert_allclose(X[:, 0], np.linspace(0, 1, 100), rtol=0, atol=1e-15)
+    X1, y1, yt1 = make_step_turn_series(n_samples=1, random_state=0)
+    assert X1.shape == (1, 1) and y1.shape == yt1.shape == (1, 2) and X1[0, 0] == 0.0
+
+
+def test_step_turn_reproducible():
+    X1, y1, t1 = make_step_turn_series(n_samples=50, random_state=3)
+    X2, y2, t2 = make_step_turn_series(n_samples=50, random_state=np.random.RandomState(3))
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(t1, t2)
+    X3, y3, t3 = make_step_turn_series(n_samples=50, random_state=4)
+    # The inputs and the truth are a fixed grid; only the noise depends on the seed.
+    np.testing.assert_array_equal(X1, X3)
+    np.testing.assert_array_equal(t1, t3)
+    assert not np.any(y1 == y3)
+
+
+def test_step_turn_values_by_hand():
+    # Paper Sec. 5.1: u_J = 1 on [0,1], 0.5 on (1,1.5], 2 on (1.5,2];
+    # u_T = 1.5t on [0,1], 3.5-2t on (1,1.5], 3t-4 on (1.5,2]; t = 2x, x_i = i/99.
+    X, y, y_true = make_step_turn_series(n_samples=100, noise_std=0.0, random_state=0)
+    np.testing.assert_array_equal(y, y_true)
+    expected = {
+        0: (0 / 99, 1.0, 0.0),  # t = 0
+        49: (49 / 99, 1.0, 1.5 * 98 / 99),  # t = 98/99 < 1: first pieces
+        50: (50 / 99, 0.5, 3.5 - 2 * 100 / 99),  # t = 100/99 > 1: jump to 0.5, u_T turns down
+        74: (74 / 99, 0.5, 3.5 - 2 * 148 / 99),  # t = 148/99 < 1.5
+        75: (75 / 99, 2.0, 3 * 150 / 99 - 4),  # t = 150/99 > 1.5: jump to 2, u_T turns up
+        99: (1.0, 2.0, 2.0),  # t = 2
+    }
+    for i, (x, uj, ut) in expected.items():
+        assert X[i, 0] == pytest.approx(x, abs=1e-15)
+        assert y_true[i, 0] == uj
+        assert y_true[i, 1] == pytest.approx(ut, abs=1e-12)
+    # Sanity of the hand values themselves: 1.48485, 1.47980, 0.51010, 0.54545.
+    assert [round(expected[i][2], 5) for i in (49, 50, 74, 75)] == [1.48485, 1.4798, 0.5101, 0.54545]
+
+
+def test_step_turn_breakpoints_on_grid():
+    # With 5 points t = 0, 0.5, 1, 1.5, 2 hits both breakpoints; the paper's closed right ends
+    # give u_J(1) = 1 (from [0,1]) and u_J(1.5) = 0.5 (from (1,1.5]); u_T is continuous there.
+    X, y, y_true = make_step_turn_series(n_samples=5, noise_std=0.0)
+    np.testing.assert_array_equal(X[:, 0], [0.0, 0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_array_equal(y_true[:, 0], [1.0, 1.0, 1.0, 0.5, 2.0])
+    np.testing.assert_allclose(y_true[:, 1], [0.0, 0.75, 1.5, 0.5, 2.0], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("noise_std", [None, 0.3])
+def test_step_turn_noise_std(noise_std):
+    # The residuals y - y_true are iid N(0, s^2). A sample standard deviation of m normal values
+    # has standard error ~ s / sqrt(2 m); each column (m = n) must be within 4 standard errors
+    # of s (two-sided normal tail 6e-5 per column), their mean within 4 s / sqrt(n), and the two
+    # columns uncorrelated (sample correlation has standard error 1 / sqrt(n)).
+    s = 0.1 if noise_std is None else noise_std
+    kwargs = {} if noise_std is None else {"noise_std": noise_std}
+    n = 20_000
+    _, y, y_true = make_step_turn_series(n_samples=n, random_state=5, **kwargs)
+    r = y - y_true
+    for j in range(2):
+        assert abs(np.std(r[:, j], ddof=1) - s) <= 4 * s / np.sqrt(2 * n)
+        assert abs(np.mean(r[:, j])) <= 4 * s / np.sqrt(n)
+    assert abs(np.corrcoef(r.T)[0, 1]) <= 4 / np.sqrt(n)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"n_samples": 0}, ValueError, r"n_samples=0 must be >= 1"),
+        ({"n_samples": 2.5}, TypeError, r"n_samples must be an int; got 2.5"),
+        ({"noise_std": -0.1}, ValueError, r"noise_std=-0.1 must be a real number >= 0"),
+    ],
+)
+def test_step_turn_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        make_step_turn_series(**kwargs)
+
+
+def test_rhombus_shapes_and_dtypes():
+    for shape in ("script", "paper"):
+        X, y = make_annular_rhombus(random_state=0, shape=shape)
+        assert X.shape == (500, 2) and y.shape == (500,)
+        assert X.dtype == np.float64 and y.dtype == np.int64
+        assert set(np.unique(y)) <= {0, 1, 2}
+        np.testing.assert_array_equal(y, rhombus_labels(X, shape=shape))
+
+
+@pytest.mark.parametrize("shape", ["script", "paper"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_rhombus_all_classes(shape, seed):
+    _, y = make_annular_rhombus(n_samples=500, shape=shape, random_state=seed)
+    counts = np.bincount(y, minlength=3)
+    assert counts.shape == (3,) and np.all(counts > 0)
+
+
+def test_rhombus_reproducible():
+    X1, y1 = make_annular_rhombus(n_samples=50, random_state=3)
+    X2, y2 = make_annular_rhombus(n_samples=50, random_state=np.random.RandomState(3))
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(y1, y2)
+    X3, y3 = make_annular_rhombus(n_samples=50, random_state=4)
+    assert not np.any(X1 == X3) and not np.array_equal(y1, y3)
+
+
+def test_rhombus_inputs_standard_normal():
+    # x ~ N(0, I_2): sample means within 4 standard errors (1/sqrt(n)), variances within 4 (sqrt(2/n)),
+    # correlation within 4/sqrt(n).
+    n = 20_000
+    X, _ = make_annular_rhombus(n_samples=n, random_state=6)
+    assert np.all(np.abs(X.mean(axis=0)) <= 4 / np.sqrt(n))
+    assert np.all(np.abs(X.var(axis=0, ddof=1) - 1) <= 4 * np.sqrt(2 / n))
+    assert abs(np.corrcoef(X.T)[0, 1]) <= 4 / np.sqrt(n)
+
+
+# Hand computations with u = 0.857396, a = 0.4 u pi = 1.077436:
+# script y = round(cos(a|x1| + |x2|) + 1); paper y = round(cos(a(|x1| + |x2|))) + 1.
+RHOMBUS_POINTS = [
+    # (x1, x2), script label (cos(.)+1), paper label (cos(.))
+    ((0.0, 0.0), 2, 2),  # 2.0000 ; 1.0000
+    ((1.0, 0.0), 1, 1),  # cos(a)+1 = 1.4736 ; cos(a) = 0.4736
+    ((-1.0, 0.0), 1, 1),  # symmetric in the sign of x1
+    ((0.0, 1.0), 2, 1),  # cos(1)+1 = 1.5403 ; cos(a) = 0.4736 -- the shapes differ
+    ((0.0, -2.0), 1, 0),  # cos(2)+1 = 0.5839 ; cos(2a) = -0.5514 -- differ
+    ((2.0, 0.0), 0, 0),  # cos(2a)+1 = 0.4486 ; -0.5514
+    ((0.0, 3.0), 0, 0),  # cos(3)+1 = 0.0100 ; cos(3a) = -0.9959
+    ((1.0, 1.0), 1, 0),  # cos(a+1)+1 = 0.5148 ; cos(2a) = -0.5514 -- differ
+    ((-2.0, 2.5), 1, 1),  # cos(2a+2.5)+1 = 0.9425 ; cos(4.5a) = 0.1357
+]
+
+
+@pytest.mark.parametrize("shape, col", [("script", 1), ("paper", 2)])
+def test_rhombus_labels_by_hand(shape, col):
+    X = np.array([p[0] for p in RHOMBUS_POINTS])
+    expected = np.array([p[col] for p in RHOMBUS_POINTS])
+    got = rhombus_labels(X, shape=shape)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, expected)
+    # Default shape is the script's.
+    if shape == "script":
+        np.testing.assert_array_equal(rhombus_labels(X), expected)
+
+
+def test_rhombus_labels_other_u():
+    # u = 1: a = 0.4 pi; u = 0.5: a = 0.2 pi.
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [1.0, 0.5]])
+    # u = 1: script cos+1 = 1.3090, 1.5403, 0.1910, 0.8152; paper cos = 0.3090, 0.3090, -0.8090, -0.3090
+    np.testing.assert_array_equal(rhombus_labels(X, "script", u=1.0), [1, 2, 0, 1])
+    np.testing.assert_array_equal(rhombus_labels(X, "paper", u=1.0), [1, 1, 0, 1])
+    # u = 0.5: script 1.8090, 1.5403, 1.3090, 1.4282; paper 0.8090, 0.8090, 0.3090, 0.5878
+    np.testing.assert_array_equal(rhombus_labels(X, "script", u=0.5), [2, 2, 1, 1])
+    np.testing.assert_array_equal(rhombus_labels(X, "paper", u=0.5), [2, 2, 1, 2])
+    _, y = make_annular_rhombus(n_samples=200, u=0.5, random_state=0)
+    X0, y0 = make_annular_rhombus(n_samples=200, random_state=0)
+    np.testing.assert_array_equal(y, rhombus_labels(X0, u=0.5))
+    assert not np.array_equal(y, y0)
+
+
+def test_rhombus_test_grid():
+    # The benchmark's test set: the 50 x 50 grid of [-3, 3]^2; the majority class (0) holds
+    # about 55% of it under the script's labels (spec deep_qep.md Sec. 6.4).
+    g = np.linspace(-3, 3, 50)
+    grid = np.column_stack([a.ravel() for a in np.meshgrid(g, g)])
+    y = rhombus_labels(grid)
+    assert y.shape == (2500,)
+    assert np.argmax(np.bincount(y)) == 0
+    assert 0.5 <= np.mean(y == 0) <= 0.6
+
+
+@pytest.mark.parametrize("bad", ["Script", "l1", "", None, 1])
+def test_rhombus_bad_shape(bad):
+    with pytest.raises(ValueError, match=r"shape must be one of \('script', 'paper'\)"):
+        make_annular_rhombus(shape=bad)
+    with pytest.raises(ValueError, match=r"shape must be one of"):
+        rhombus_labels(np.zeros((2, 2)), shape=bad)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"n_samples": 0}, ValueError, r"n_samples=0 must be >= 1"),
+        ({"n_samples": -3}, ValueError, r"n_samples=-3 must be >= 1"),
+        ({"n_samples": 2.5}, TypeError, r"n_samples must be an int; got 2.5"),
+        ({"u": float("nan")}, ValueError, r"u=nan must be a finite real number"),
+        ({"u": "0.5"}, ValueError, r"u='0.5' must be a finite real number"),
+    ],
+)
+def test_rhombus_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        make_annular_rhombus(**kwargs)
+
+
+@pytest.mark.parametrize("X", [np.zeros(4), np.zeros((3, 3)), np.array([[0.0, np.nan]])])
+def test_rhombus_labels_bad_X(X):
+    with pytest.raises(ValueError, match=r"X must be of shape|NaN"):
+        rhombus_labels(X)

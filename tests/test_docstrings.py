@@ -7,7 +7,9 @@ import pytest
 
 # module -> does it carry examples (every estimator must)
 MODULES = {"skgpx.pathwise._estimator": True, "skgpx.dkp._estimator": True, "skgpx.datasets": False, "skgpx.kernels": False,
-           "skgpx.linalg": False}
+           "skgpx.linalg": False,
+           "skgpx.qep._estimator": True, "skgpx.qep._classifier": True,
+           "skgpx.qep._distribution": True}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

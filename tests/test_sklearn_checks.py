@@ -1,9 +1,12 @@
 """The scikit-learn estimator contract: every check, no expected failures, no skips."""
 
+import pytest
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skgpx import DeepKernelProcessRegressor, PathwiseGPSampler
+from skgpx import DeepKernelProcessRegressor, DeepQEPClassifier, DeepQEPRegressor, PathwiseGPSampler
+
+from _configs import QEP_FAST
 
 CHECKED = [
     PathwiseGPSampler(),
@@ -19,9 +22,31 @@ CHECKED = [
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),
     DeepKernelProcessRegressor(kernel="arccos0", objective="dgp", n_layers=1, dof=[5.0, 50.0]),
+    # the documented small-data setting (tests/_configs.py); q = 2, the scaled bound, the
+    # shallow model and the Dirichlet likelihood on top
+    DeepQEPRegressor(**QEP_FAST),
+    DeepQEPRegressor(q=2.0, hidden_dims=(), bound="scaled", kernel="rbf", **QEP_FAST),
+    DeepQEPClassifier(**QEP_FAST),
+    DeepQEPClassifier(q=1.5, likelihood="dirichlet", hidden_dims=(4, 2), **QEP_FAST),
 ]
+
+# default-constructed deep Q-EP estimators: about 50 default fits each, over the
+# per-configuration budget, so the full suite runs under `slow` (still run by `make test`)
+DEFAULTS = [DeepQEPRegressor(), DeepQEPClassifier()]
 
 
 @parametrize_with_checks(CHECKED, expected_failed_checks=lambda est: {}, xfail_strict=True)
 def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+@parametrize_with_checks(DEFAULTS, legacy=False, expected_failed_checks=lambda est: {},
+                         xfail_strict=True)
+def test_default_estimator_api(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.slow
+@parametrize_with_checks(DEFAULTS, expected_failed_checks=lambda est: {}, xfail_strict=True)
+def test_default_estimator_full(estimator, check):
     check(estimator)

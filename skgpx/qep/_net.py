@@ -1,0 +1,150 @@
+"""The skorch side of deep Q-EP training: the internal ``net_``.
+
+skorch runs the epoch loop, the optimiser, the validation split, early stopping and
+the epoch table; this module supplies the loss (expected log-likelihood from the
+criterion plus the KL terms read from the module), a tensor batch iterator and an
+epoch-level progress bar.
+"""
+
+import torch
+from skorch import NeuralNet
+from skorch.callbacks import Callback, EarlyStopping
+from skorch.dataset import ValidSplit
+
+from .._base import cpu_generator, progress_bar
+
+__all__ = ["QEPNet", "TensorBatches", "build_net"]
+
+
+class TensorBatches:
+    """Mini-batches of a skorch ``Dataset`` holding tensors (or a ``Subset`` of one).
+
+    Slicing whole tensors replaces the per-row ``__getitem__`` and collation of a
+    ``DataLoader``, which cost more than a small model's forward pass.  The order is
+    shuffled with ``generator`` when ``shuffle`` is set.
+    """
+
+    def __init__(self, dataset, batch_size, shuffle=False, generator=None):
+        indices = None
+        if isinstance(dataset, torch.utils.data.Subset):
+            indices = torch.as_tensor(dataset.indices, dtype=torch.long)
+            dataset = dataset.dataset
+        self.X, self.y = dataset.X, dataset.y
+        if indices is not None:
+            device = self.X.device
+            self.X, self.y = self.X[indices.to(device)], self.y[indices.to(device)]
+        self.batch_size = int(batch_size)
+        self.shuffle = shuffle
+        self.generator = generator
+
+    def __len__(self):
+        return -(-self.X.shape[0] // self.batch_size)
+
+    def __iter__(self):
+        n = self.X.shape[0]
+        if self.shuffle and n > self.batch_size:
+            order = torch.randperm(n, generator=self.generator).to(self.X.device)
+            X, y = self.X[order], self.y[order]
+        else:
+            X, y = self.X, self.y
+        for start in range(0, n, self.batch_size):
+            yield X[start : start + self.batch_size], y[start : start + self.batch_size]
+
+
+class QEPNet(NeuralNet):
+    """``loss = -E[log-likelihood per row] + KL / N`` (spec Sec. 3.5), ``N`` the number of
+    training rows after the validation split."""
+
+    def get_split_datasets(self, X, y=None, **fit_params):
+        train, valid = super().get_split_datasets(X, y, **fit_params)
+        self.n_train_rows_ = len(train)
+        return train, valid
+
+    def get_loss(self, y_pred, y_true, X=None, training=False):
+        loss = -self.criterion_(y_pred, y_true)
+        loss = loss + self.module_.kl_divergence() / self.n_train_rows_
+        if not bool(torch.isfinite(loss)):
+            raise RuntimeError(
+                f"The deep Q-EP loss became non-finite in epoch {len(self.history)}; "
+                "use a smaller learning rate (lr) or dtype='float64'."
+            )
+        return loss
+
+
+class EpochBar(Callback):
+    """One ``tqdm`` bar per fit over epochs, with the training loss as postfix."""
+
+    def __init__(self, verbose, total):
+        self.verbose = verbose
+        self.total = total
+
+    def on_train_begin(self, net, **kwargs):
+        self.bar_ = progress_bar(self.verbose, "deep Q-EP epochs", total=self.total)
+
+    def on_epoch_end(self, net, **kwargs):
+        self.bar_.update(1)
+        self.bar_.set_postfix(loss=f"{net.history[-1, 'train_loss']:.4g}")
+
+    def on_train_end(self, net, **kwargs):
+        self.bar_.close()
+
+
+def _silent(*args, **kwargs):
+    pass
+
+
+def build_net(module, criterion, *, n_rows, params, seeds, device, stratify):
+    """The skorch net of one fit.
+
+    Parameters
+    ----------
+    module, criterion : nn.Module
+        Initialised on ``device``.
+    n_rows : int
+        Training rows (for the default batch size).
+    params : dict
+        The estimator's parameters.
+    seeds : dict
+        Integer seeds ``"shuffle"`` and ``"split"``.
+    stratify : bool
+        Whether the validation split is stratified (classifier).
+    """
+    batch_size = params["batch_size"] or min(n_rows, 1024)
+    callbacks = [("epoch_bar", EpochBar(params["verbose"], params["max_iter"]))]
+    sink = print if params["verbose"] >= 2 else _silent
+    train_split = None
+    if params["early_stopping"]:
+        train_split = ValidSplit(
+            params["validation_fraction"], stratified=stratify, random_state=seeds["split"]
+        )
+        callbacks.append(
+            ("early_stopping", EarlyStopping(
+                monitor="valid_loss", patience=params["n_iter_no_change"],
+                threshold=params["tol"] or 0.0, threshold_mode="abs", load_best=True,
+                sink=sink,
+            ))
+        )
+    elif params["tol"] is not None:
+        callbacks.append(
+            ("early_stopping", EarlyStopping(
+                monitor="train_loss", patience=params["n_iter_no_change"],
+                threshold=params["tol"], threshold_mode="abs", sink=sink,
+            ))
+        )
+    optimizer = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[params["optimizer"]]
+    return QEPNet(
+        module,
+        criterion,
+        optimizer=optimizer,
+        lr=params["lr"],
+        max_epochs=params["max_iter"],
+        batch_size=batch_size,
+        iterator_train=TensorBatches,
+        iterator_train__shuffle=True,
+        iterator_train__generator=cpu_generator(seeds["shuffle"]),
+        iterator_valid=TensorBatches,
+        train_split=train_split,
+        callbacks=callbacks,
+        device=device,
+        verbose=1 if params["verbose"] >= 2 else 0,
+    )
