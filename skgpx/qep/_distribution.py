@@ -64,7 +64,9 @@ def standard_univariate_draws(shape, q, *, generator=None, dtype=torch.float64, 
     ``z |z|^(2/q - 1)``, which is ``0 * inf`` at ``z = 0`` for ``q > 2``.  Scaling by a
     standard deviation gives a reparameterised draw (differentiable in location and scale).
     """
-    z = torch.randn(shape, generator=generator, dtype=dtype, device=device)
+    # drawn in float64 and cast: torch's CPU normal stream differs between dtypes, and
+    # float32 mode should see the same draws as float64, only rounded
+    z = torch.randn(shape, generator=generator, dtype=torch.float64, device=device).to(dtype)
     if q == 2:
         return z
     return torch.sign(z) * z.abs() ** (2.0 / q)
@@ -168,9 +170,9 @@ class MultivariateQExponential:
         # drawn where the generator lives (a CPU generator gives the same numbers for a
         # CUDA distribution), then moved
         device = generator.device if generator is not None else self.loc.device
-        kwargs = dict(generator=generator, dtype=self.loc.dtype, device=device)
-        z = torch.randn(shape, **kwargs)
-        w = torch.randn(shape, **kwargs)
+        kwargs = dict(generator=generator, dtype=torch.float64, device=device)
+        z = torch.randn(shape, **kwargs).to(self.loc.dtype)
+        w = torch.randn(shape, **kwargs).to(self.loc.dtype)
         radius = w.pow(2).sum(-1, keepdim=True).pow(1.0 / self.power)
         base = (radius * z / z.norm(dim=-1, keepdim=True)).to(self.loc.device)
         return self.loc + (self.scale_tril @ base.unsqueeze(-1)).squeeze(-1)
