@@ -1,0 +1,54 @@
+"""Paper-level checks of the deep Q-EP (spec Sec. 6.4), at the paper's settings.
+
+They take minutes, so they carry the ``slow`` marker; ``make test`` still runs them.
+The thresholds are far from what a wrong model gets (a constant or over-smoothed fit of
+the step/turn series has R^2 well below 0.9 and MAE above 0.2; the majority class of the
+rhombus grid has accuracy 0.55) and below what the prototype and our runs reached
+(time series: q = 1 MAE 0.06-0.075, R^2 0.94-0.96; q = 2 MAE 0.03-0.045, R^2 0.97-0.99).
+"""
+
+import numpy as np
+import pytest
+from sklearn.metrics import r2_score
+
+from skgpx.datasets import make_annular_rhombus, make_step_turn_series, rhombus_labels
+from skgpx.qep import DeepQEPClassifier, DeepQEPRegressor
+
+pytestmark = pytest.mark.slow
+
+# Sec. 5.1 settings: hidden (3,), M = 64, Adam 0.05, 1000 full-batch epochs, no y scaling
+SERIES_SETTINGS = dict(hidden_dims=(3,), n_inducing=64, lr=0.05, max_iter=1000, tol=None,
+                       normalize_y=False)
+
+
+@pytest.mark.parametrize("q", [1.0, 2.0])
+def test_step_turn_series_fit(q):
+    X_test = np.linspace(0.0, 1.0, 50)[:, None]
+    truth = make_step_turn_series(n_samples=50, random_state=0)[2]
+    mae, r2 = [], []
+    for seed in range(3):
+        X, y, _ = make_step_turn_series(n_samples=100, noise_std=0.1, random_state=seed)
+        model = DeepQEPRegressor(q=q, random_state=seed, **SERIES_SETTINGS).fit(X, y)
+        prediction = model.predict(X_test)
+        mae.append(np.abs(prediction - truth).mean())
+        r2.append(r2_score(truth, prediction))
+    assert np.mean(mae) <= 0.10, mae
+    assert np.mean(r2) >= 0.90, r2
+
+
+def test_annular_rhombus_grid_accuracy():
+    # Sec. 5.2 settings (N = 500, hidden (3,), M = 64, Adam 0.05, 1000 epochs) with the
+    # default softmax likelihood; test on the 50 x 50 grid of [-3, 3]^2, whose corners lie
+    # outside the N(0, I) training inputs.  Measured here: 0.754 and 0.790 for seeds 0
+    # and 1 (sklearn's GPC: 0.845, the paper's deep Q-EP: 0.856, majority class: 0.55);
+    # the spec's floor for this check is 0.75, asserted on the mean of the two seeds.
+    axis = np.linspace(-3.0, 3.0, 50)
+    grid = np.stack(np.meshgrid(axis, axis), axis=-1).reshape(-1, 2)
+    labels = rhombus_labels(grid)
+    accuracy = []
+    for seed in range(2):
+        X, y = make_annular_rhombus(n_samples=500, random_state=seed)
+        model = DeepQEPClassifier(q=1.0, hidden_dims=(3,), n_inducing=64, lr=0.05,
+                                  max_iter=1000, tol=None, random_state=seed).fit(X, y)
+        accuracy.append(model.score(grid, labels))
+    assert np.mean(accuracy) >= 0.75, accuracy
