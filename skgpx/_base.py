@@ -147,8 +147,12 @@ def move_to_device(value, device):
     """``value`` with its tensors on ``device``: tensors, modules, lists, tuples, dicts,
     and dataclass instances (moved field by field into a shallow copy); anything else
     is returned as is."""
-    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+    if isinstance(value, torch.Tensor):
         return value.to(device)
+    if isinstance(value, torch.nn.Module):
+        # Module.to moves in place: move a copy, so that pickling a GPU-fitted estimator
+        # leaves the live one where it is
+        return copy.deepcopy(value).to(device)
     if isinstance(value, (list, tuple)):
         return type(value)(move_to_device(item, device) for item in value)
     if isinstance(value, dict):

@@ -106,3 +106,17 @@ def test_column_standardisation_matches_numpy_and_guards_constant_columns():
     mean, scale = column_standardisation(values)
     np.testing.assert_array_equal(mean, values.mean(axis=0))
     np.testing.assert_array_equal(scale, [values[:, 0].std(), 1.0, values[:, 2].std()])
+
+
+def test_move_to_device_leaves_the_live_module_in_place():
+    # nn.Module.to moves in place; pickling must move a copy so a fitted GPU model stays on
+    # its device after being pickled
+    from skgpx._base import move_to_device
+
+    module = torch.nn.Linear(2, 3).double()
+    weight = module.weight
+    moved = move_to_device({"module": module}, "cpu")["module"]
+    assert moved is not module and module.weight is weight
+    assert torch.equal(moved.weight, module.weight)
+    moved.weight.data.add_(1.0)
+    assert not torch.equal(moved.weight, module.weight)
