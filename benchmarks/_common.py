@@ -16,7 +16,10 @@ It also holds the small machinery the scripts share:
   peak-memory figure.  The parent kills the child (by its pid) when a single run
   exceeds the cut-off and reports "DNF";
 * :func:`cell_main` is the child side of :func:`run_cell`;
-* :func:`format_table` / :func:`print_table` print aligned text tables.
+* :func:`format_table` / :func:`print_table` print aligned text tables;
+* :func:`recorded`, :func:`failure_notes`, :func:`rotated`, :func:`parse_choices` and
+  :func:`load_average` serve the scripts that fit several models per seed in one process
+  (``dkp_table1.py``, ``qep_*.py``).
 
 Running this file directly does nothing except print what it is (``make bench``
 runs every ``benchmarks/*.py``).
@@ -31,6 +34,7 @@ _LATE = [m for m in ("numpy", "scipy", "torch", "sklearn") if m in sys.modules]
 for _var in _THREAD_ENV:
     os.environ[_var] = "1"
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
@@ -163,8 +167,12 @@ def skgpx_revision():
     return f"{head or 'unknown'} ({'skgpx/ modified' if dirty else 'skgpx/ clean'})"
 
 
-def print_header(title, args=None, extra=(), device="cpu"):
-    """Print the benchmark's environment: versions, CPU, RAM, dtype, threads."""
+def print_header(title, args=None, extra=(), device="cpu", dtype_note=None):
+    """Print the benchmark's environment: versions, CPU, RAM, dtype, threads.
+
+    ``dtype_note`` replaces the default dtype line ("float64 everywhere") for a script
+    whose models run in another dtype, e.g. ``"deep models float32; sklearn float64"``.
+    """
     print("=" * 100)
     print(title)
     print("=" * 100)
@@ -174,7 +182,8 @@ def print_header(title, args=None, extra=(), device="cpu"):
           f"RAM {fmt_bytes(total_ram_bytes())}; device={device}")
     if device.startswith("cuda") and torch.cuda.is_available():
         print(f"GPU:      {torch.cuda.get_device_name(device)}")
-    print("dtype:    float64 everywhere (torch default dtype set to float64)")
+    print("dtype:    " + (dtype_note if dtype_note is not None
+                            else "float64 everywhere (torch default dtype set to float64)"))
     print("threads:  " + format_threads(thread_summary()))
     if args is not None:
         print("options:  " + " ".join(f"--{k.replace('_', '-')}={v}"
@@ -247,6 +256,66 @@ def verdict(ok):
 
 def median(values):
     return statistics.median(values) if values else float("nan")
+
+
+def load_average():
+    """The 1, 5 and 15 minute load averages, as ``"0.12, 0.34, 0.56"``."""
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def rotated(items, k):
+    """``items`` rotated left by ``k`` (the order in which to run the models of seed k, so
+    that load changes on a shared machine hit every model alike)."""
+    k %= len(items)
+    return list(items[k:]) + list(items[:k])
+
+
+def parse_choices(parser, text, choices, what):
+    """The comma list ``text`` as a list; ``parser.error`` on a name not in ``choices``."""
+    names = [name for name in text.split(",") if name]
+    for name in names:
+        if name not in choices:
+            parser.error(f"unknown {what} {name!r}; choose from {','.join(choices)}")
+    return names
+
+
+# ---------------------------------------------------------------- in-process fits
+
+
+@contextlib.contextmanager
+def recorded(rec):
+    """``with recorded(rec): fit ...``: never raises.  An exception ends the block and
+    becomes ``rec["error"]`` (``"Type: message"``) and ``rec["traceback"]``; the warnings
+    the block raised are recorded (not shown) as ``rec["warnings"]``, a list of
+    ``"Category: message"`` strings (messages cut at 160 characters)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield rec
+        except Exception as exc:  # noqa: BLE001  (reported by the caller)
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec["traceback"] = traceback.format_exc()
+    rec["warnings"] = [f"{w.category.__name__}: {str(w.message)[:160]}" for w in caught]
+
+
+def failure_notes(per_key, top=2, failed="{key}: {n} failed fit(s), first: {first}"):
+    """Lines on the errors and the ``top`` most frequent warnings of each key's records
+    (``{key: [record, ...]}`` with the ``"error"`` and ``"warnings"`` of :func:`recorded`);
+    empty when everything was clean.  ``failed`` formats the error line from ``key``, ``n``
+    (failed records), ``total`` (records) and ``first`` (the first error, 160 characters)."""
+    lines = []
+    for key, recs in per_key.items():
+        errors = [r["error"] for r in recs if r["error"]]
+        if errors:
+            lines.append(failed.format(key=key, n=len(errors), total=len(recs),
+                                       first=errors[0][:160]))
+        counts = {}
+        for r in recs:
+            for w in r["warnings"]:
+                counts[w] = counts.get(w, 0) + 1
+        for text, count in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"{key}: warning x{count}: {text}")
+    return lines
 
 
 # ---------------------------------------------------------------- timing

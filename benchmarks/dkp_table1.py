@@ -56,8 +56,6 @@ import json
 import math
 import os
 import time
-import traceback
-import warnings
 
 import numpy as np
 
@@ -156,26 +154,20 @@ def evaluate(model, Xtr, ytr, Xte, yte):
     """
     rec = {"rmse": math.nan, "ll": math.nan, "fit_s": math.nan, "warnings": [],
            "error": None}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            t0 = time.perf_counter()
-            model.fit(Xtr, ytr)
-            rec["fit_s"] = time.perf_counter() - t0
-            mean, std = model.predict(Xte, return_std=True)
-            mean, std = np.asarray(mean, float).ravel(), np.asarray(std, float).ravel()
-            if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std))):
-                rec["error"] = "non-finite prediction (NaN/inf in mean or std)"
-            elif np.any(std <= 0.0):
-                rec["error"] = f"non-positive predictive std (min {std.min():.3g})"
-            else:
-                rec["rmse"] = float(np.sqrt(np.mean((mean - yte) ** 2)))
-                rec["ll"] = gaussian_ll(yte, mean, std)
-                rec["min_std"] = float(std.min())
-        except Exception as exc:  # noqa: BLE001  (reported, see docstring)
-            rec["error"] = f"{type(exc).__name__}: {exc}"
-            rec["traceback"] = traceback.format_exc()
-    rec["warnings"] = [f"{w.category.__name__}: {str(w.message)[:160]}" for w in caught]
+    with C.recorded(rec):  # errors and warnings go into rec (see the docstring)
+        t0 = time.perf_counter()
+        model.fit(Xtr, ytr)
+        rec["fit_s"] = time.perf_counter() - t0
+        mean, std = model.predict(Xte, return_std=True)
+        mean, std = np.asarray(mean, float).ravel(), np.asarray(std, float).ravel()
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std))):
+            rec["error"] = "non-finite prediction (NaN/inf in mean or std)"
+        elif np.any(std <= 0.0):
+            rec["error"] = f"non-positive predictive std (min {std.min():.3g})"
+        else:
+            rec["rmse"] = float(np.sqrt(np.mean((mean - yte) ** 2)))
+            rec["ll"] = gaussian_ll(yte, mean, std)
+            rec["min_std"] = float(std.min())
     for attr in ("noise_variance_", "n_iter_", "objective_"):
         value = getattr(model, attr, None)
         if isinstance(value, (int, float, np.floating, np.integer)):
@@ -256,19 +248,8 @@ def significance(diff, se2, expect_positive=False):
 
 def summarise_failures(per_method):
     """Lines on errors and warnings per method (empty when everything was clean)."""
-    lines = []
-    for method, recs in per_method.items():
-        errors = [r["error"] for r in recs if r["error"]]
-        if errors:
-            lines.append(f"{method}: {len(errors)}/{len(recs)} split(s) failed, first: "
-                         f"{errors[0][:160]}")
-        counts = {}
-        for r in recs:
-            for w in r["warnings"]:
-                counts[w] = counts.get(w, 0) + 1
-        for text, count in sorted(counts.items(), key=lambda kv: -kv[1])[:3]:
-            lines.append(f"{method}: warning x{count}: {text}")
-    return lines
+    return C.failure_notes(per_method, top=3,
+                           failed="{key}: {n}/{total} split(s) failed, first: {first}")
 
 
 # ---------------------------------------------------------------- Table 1 analogue
