@@ -9,7 +9,7 @@ import pytest
 MODULES = {"skgpx.pathwise._estimator": True, "skgpx.dkp._estimator": True, "skgpx.datasets": False, "skgpx.kernels": False,
            "skgpx.linalg": False,
            "skgpx.qep._estimator": True, "skgpx.qep._classifier": True,
-           "skgpx.qep._distribution": True}
+           "skgpx.qep._distribution": True, "skgpx.metrics": True}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -1,0 +1,267 @@
+"""Calibration and failure-prediction metrics for any classifier's ``predict_proba``.
+
+The definitions follow the code behind the KEP-SVGP paper's tables (seed
+``003_43e369e2eb54eb53.txt``; spec ``kep_svgp.md`` Sec. 5).  With probabilities
+``p_ik``, the confidence is ``c_i = max_k p_ik``, the prediction ``argmax_k p_ik`` and
+the correctness ``z_i = 1[prediction_i = y_i]``.
+
+Every function returns a Python float on the natural scale.  The paper's tables print
+ACC, AUROC, FPR95, ECE and Brier in %, AURC x 1e3 and NLL x 10:
+:func:`uncertainty_report` with ``paper_scale=True`` applies those factors.
+"""
+
+import numpy as np
+from scipy.special import xlogy
+from sklearn.metrics import (
+    average_precision_score,
+    matthews_corrcoef,
+    roc_auc_score,
+    roc_curve,
+)
+from sklearn.utils.validation import check_array, check_consistent_length, column_or_1d
+
+__all__ = [
+    "aupr_error",
+    "aurc",
+    "brier_score",
+    "e_aurc",
+    "expected_calibration_error",
+    "fpr_at_95_tpr",
+    "matthews_correlation",
+    "misclassification_auroc",
+    "negative_log_likelihood",
+    "ood_aupr",
+    "ood_auroc",
+    "uncertainty_report",
+]
+
+_PAPER_SCALE = {"accuracy": 100.0, "aurc": 1e3, "e_aurc": 1e3, "misclassification_auroc": 100.0,
+                "fpr_at_95_tpr": 100.0, "expected_calibration_error": 100.0,
+                "negative_log_likelihood": 10.0, "brier_score": 100.0}
+
+
+def _check(y_true, y_prob, labels=None):
+    """Validate inputs; return (class indices (n,), probabilities (n, K))."""
+    y_prob = check_array(y_prob, dtype=np.float64, ensure_2d=True, input_name="y_prob")
+    y_true = column_or_1d(y_true)
+    check_consistent_length(y_true, y_prob)
+    n_classes = y_prob.shape[1]
+    if n_classes < 2:
+        raise ValueError(f"y_prob needs one column per class (at least 2); got {n_classes}.")
+    if y_prob.min() < -1e-8 or y_prob.max() > 1 + 1e-8:
+        raise ValueError("y_prob must hold probabilities in [0, 1].")
+    if not np.allclose(y_prob.sum(axis=1), 1.0, rtol=0, atol=1e-5):
+        raise ValueError("Each row of y_prob must sum to 1 (the output of predict_proba).")
+    if labels is None:
+        is_index = np.issubdtype(y_true.dtype, np.integer) and (
+            y_true.min() >= 0 and y_true.max() < n_classes
+        )
+        labels = np.arange(n_classes) if is_index else np.unique(y_true)
+    labels = np.asarray(labels)
+    if len(labels) != n_classes:
+        raise ValueError(
+            f"y_prob has {n_classes} columns but there are {len(labels)} labels; pass labels= "
+            "(e.g. the classifier's classes_) to say which label each column belongs to."
+        )
+    order = np.argsort(labels)
+    position = np.searchsorted(labels[order], y_true)
+    position = np.clip(position, 0, n_classes - 1)
+    if not np.all(labels[order][position] == y_true):
+        raise ValueError("y_true holds labels that are not among the labels of y_prob's columns.")
+    return order[position], y_prob
+
+
+def _confidence_correct(y_true, y_prob, labels):
+    index, prob = _check(y_true, y_prob, labels)
+    return prob.max(axis=1), (prob.argmax(axis=1) == index).astype(np.float64), index, prob
+
+
+def _both_outcomes(correct, what):
+    if correct.min() == correct.max():
+        raise ValueError(
+            f"{what} is undefined when all or none of the predictions are correct."
+        )
+
+
+def expected_calibration_error(y_true, y_prob, *, n_bins=15, labels=None):
+    """Top-label expected calibration error with ``n_bins`` equal-width bins.
+
+    Bins are left-open and right-closed, ``(0, 1/B], ..., ((B-1)/B, 1]``, and
+    ``ECE = sum_b (|B_b| / n) |mean_b(z) - mean_b(c)|``.
+    """
+    if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins={n_bins!r} must be a positive integer.")
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    bins = np.clip(np.ceil(confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
+    n = len(confidence)
+    total = 0.0
+    for b in np.unique(bins):
+        members = bins == b
+        total += members.sum() / n * abs(correct[members].mean() - confidence[members].mean())
+    return float(total)
+
+
+def negative_log_likelihood(y_true, y_prob, *, labels=None):
+    """``-(1/n) sum_i log p_{i, y_i}`` with probabilities clipped to ``[1e-12, 1]``
+    (scikit-learn's ``log_loss``)."""
+    index, prob = _check(y_true, y_prob, labels)
+    picked = np.clip(prob[np.arange(len(index)), index], 1e-12, 1.0)
+    return float(-np.mean(np.log(picked)))
+
+
+def brier_score(y_true, y_prob, *, labels=None):
+    """``(1/n) sum_i sum_k (p_ik - 1[y_i = k])^2``, in ``[0, 2]`` (for two classes twice
+    scikit-learn's default ``brier_score_loss``)."""
+    index, prob = _check(y_true, y_prob, labels)
+    onehot = np.zeros_like(prob)
+    onehot[np.arange(len(index)), index] = 1.0
+    return float(np.mean(np.sum((prob - onehot) ** 2, axis=1)))
+
+
+def _risk_curve(confidence, correct):
+    """Selective risk after accepting the ``i`` most confident rows, ``i = 1..n``.
+
+    Within a group of tied confidences the group's errors are spread evenly, so the
+    curve does not depend on the input order (with distinct confidences it is the
+    usual sorted cumulative error rate)."""
+    order = np.argsort(-confidence, kind="stable")
+    c, errors = confidence[order], 1.0 - correct[order]
+    n = len(c)
+    cumulative = np.empty(n)
+    start, before = 0, 0.0
+    while start < n:
+        stop = start + 1
+        while stop < n and c[stop] == c[start]:
+            stop += 1
+        size, group_errors = stop - start, errors[start:stop].sum()
+        cumulative[start:stop] = before + group_errors * np.arange(1, size + 1) / size
+        before += group_errors
+        start = stop
+    return cumulative / np.arange(1, n + 1)
+
+
+def aurc(y_true, y_prob, *, labels=None):
+    """Area under the risk-coverage curve: ``(1/n) sum_i risk_i`` with rows accepted in
+    order of decreasing confidence (lower is better)."""
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    return float(_risk_curve(confidence, correct).mean())
+
+
+def e_aurc(y_true, y_prob, *, labels=None):
+    """Excess AURC: ``AURC - (r + (1 - r) ln(1 - r))``, ``r`` the error rate; the AURC of a
+    perfect confidence ranking is subtracted (0 when ``r = 0``)."""
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    r = 1.0 - correct.mean()
+    optimal = r + xlogy(1.0 - r, 1.0 - r)
+    return float(_risk_curve(confidence, correct).mean() - optimal)
+
+
+def misclassification_auroc(y_true, y_prob, *, labels=None):
+    """AUROC of the confidence for telling correct (positive) from wrong predictions.
+
+    Raises
+    ------
+    ValueError
+        When all or none of the predictions are correct.
+    """
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    _both_outcomes(correct, "misclassification_auroc")
+    return float(roc_auc_score(correct, confidence))
+
+
+def fpr_at_95_tpr(y_true, y_prob, *, labels=None):
+    """Fraction of wrong predictions still accepted when about 95 % of the correct ones are:
+    the false-positive rate at the ROC threshold whose true-positive rate is closest to 0.95.
+
+    Raises
+    ------
+    ValueError
+        When all or none of the predictions are correct.
+    """
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    _both_outcomes(correct, "fpr_at_95_tpr")
+    fpr, tpr, _ = roc_curve(correct, confidence)
+    return float(fpr[np.argmin(np.abs(tpr - 0.95))])
+
+
+def aupr_error(y_true, y_prob, *, labels=None):
+    """Average precision of detecting wrong predictions (positives) by ``-c``."""
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    _both_outcomes(correct, "aupr_error")
+    return float(average_precision_score(1.0 - correct, -confidence))
+
+
+def matthews_correlation(y_true, y_prob, *, labels=None):
+    """Matthews correlation of the arg-max predictions (scikit-learn's ``matthews_corrcoef``)."""
+    index, prob = _check(y_true, y_prob, labels)
+    return float(matthews_corrcoef(index, prob.argmax(axis=1)))
+
+
+def _ood_scores(confidence_in, confidence_out):
+    c_in = column_or_1d(check_array(confidence_in, ensure_2d=False, dtype=np.float64))
+    c_out = column_or_1d(check_array(confidence_out, ensure_2d=False, dtype=np.float64))
+    scores = np.concatenate([c_in, c_out])
+    is_in = np.concatenate([np.ones(len(c_in)), np.zeros(len(c_out))])
+    return is_in, scores
+
+
+def ood_auroc(confidence_in, confidence_out):
+    """AUROC of telling in-distribution rows (positives) from out-of-distribution rows by
+    their confidence (e.g. ``predict_proba(X).max(axis=1)``)."""
+    return float(roc_auc_score(*_ood_scores(confidence_in, confidence_out)))
+
+
+def ood_aupr(confidence_in, confidence_out):
+    """Average precision of the same task as :func:`ood_auroc` (in-distribution positive)."""
+    return float(average_precision_score(*_ood_scores(confidence_in, confidence_out)))
+
+
+def uncertainty_report(y_true, y_prob, *, labels=None, n_bins=15, paper_scale=False):
+    """Every metric of this module for one set of predictions, as a dict.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+    y_prob : array-like of shape (n_samples, n_classes)
+        Rows sum to 1 (``predict_proba``).
+    labels : array-like of shape (n_classes,), optional
+        The label of each column (a classifier's ``classes_``).
+    n_bins : int, default=15
+        Bins of the ECE.
+    paper_scale : bool, default=False
+        Scale as the paper's tables: ACC, AUROC, FPR95, ECE and Brier in %, AURC and
+        E-AURC x 1e3, NLL x 10.
+
+    Returns
+    -------
+    report : dict of str to float
+        ``accuracy``, ``aurc``, ``e_aurc``, ``misclassification_auroc``,
+        ``fpr_at_95_tpr``, ``expected_calibration_error``, ``negative_log_likelihood``,
+        ``brier_score`` (the two AUROC-type entries are NaN when every or no prediction
+        is correct).
+
+    Examples
+    --------
+    >>> from skgpx.metrics import uncertainty_report
+    >>> report = uncertainty_report([0, 1, 1], [[0.9, 0.1], [0.4, 0.6], [0.7, 0.3]])
+    >>> round(report["negative_log_likelihood"], 4), round(report["accuracy"], 4)
+    (0.6067, 0.6667)
+    """
+    _, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    kwargs = dict(labels=labels)
+    report = {
+        "accuracy": float(correct.mean()),
+        "aurc": aurc(y_true, y_prob, **kwargs),
+        "e_aurc": e_aurc(y_true, y_prob, **kwargs),
+        "expected_calibration_error": expected_calibration_error(
+            y_true, y_prob, n_bins=n_bins, **kwargs
+        ),
+        "negative_log_likelihood": negative_log_likelihood(y_true, y_prob, **kwargs),
+        "brier_score": brier_score(y_true, y_prob, **kwargs),
+    }
+    for name, metric in (("misclassification_auroc", misclassification_auroc),
+                         ("fpr_at_95_tpr", fpr_at_95_tpr)):
+        report[name] = metric(y_true, y_prob, **kwargs) if 0 < correct.mean() < 1 else np.nan
+    if paper_scale:
+        report = {name: value * _PAPER_SCALE[name] for name, value in report.items()}
+    return report
