@@ -325,3 +325,68 @@ def test_rhombus_bad_arguments(kwargs, exc, match):
 def test_rhombus_labels_bad_X(X):
     with pytest.raises(ValueError, match=r"X must be of shape|NaN"):
         rhombus_labels(X)
+
+
+# ----------------------------------------------------------------------------- corrupt_digits
+
+from sklearn.datasets import load_digits  # noqa: E402
+
+from skgpx.datasets import DIGIT_CORRUPTIONS, corrupt_digits  # noqa: E402
+
+_DIGITS = load_digits().data[:400]
+
+
+@pytest.mark.parametrize("kind", sorted(DIGIT_CORRUPTIONS))
+def test_corrupt_digits_shape_range_determinism_and_input_untouched(kind):
+    X = _DIGITS.copy()
+    out = corrupt_digits(X, kind, 3, random_state=0)
+    assert out.shape == X.shape and out.dtype == np.float64
+    assert out.min() >= 0.0 and out.max() <= 16.0
+    np.testing.assert_array_equal(X, _DIGITS)
+    np.testing.assert_array_equal(out, corrupt_digits(X, kind, 3, random_state=0))
+    assert not np.array_equal(out, X)
+
+
+@pytest.mark.parametrize("kind", sorted(DIGIT_CORRUPTIONS))
+def test_corruption_grows_with_severity(kind):
+    # mean absolute change from the clean images is non-decreasing in severity (shift: 1, 1,
+    # 2, 2, 3 pixels, so levels 1 and 2 tie in distribution)
+    change = [np.abs(corrupt_digits(_DIGITS, kind, s, random_state=s) - _DIGITS).mean()
+              for s in range(1, 6)]
+    assert change[-1] > change[0]
+    assert all(b >= a * 0.9 for a, b in zip(change, change[1:]))
+
+
+def test_gaussian_noise_level_and_salt_and_pepper_fraction():
+    blank = np.full((4000, 64), 8.0)  # 0.5 in [0, 1]: at sd 0.12 clipping needs 4.2 sd (3e-5)
+    noisy = corrupt_digits(blank, "gaussian_noise", 3, random_state=0) / 16 - 0.5
+    n = noisy.size
+    # sample sd within 4 standard errors (sd / sqrt(2n)) of 0.12
+    assert abs(noisy.std() - 0.12) < 4 * 0.12 / np.sqrt(2 * n)
+    hit = corrupt_digits(blank, "salt_and_pepper", 2, random_state=1) != 8.0
+    assert abs(hit.mean() - 0.05) < 4 * np.sqrt(0.05 * 0.95 / n)
+
+
+def test_contrast_shift_and_blur_by_hand():
+    image = np.zeros((8, 8))
+    image[3, 4] = 16.0
+    X = image.reshape(1, 64)
+    low = corrupt_digits(X, "contrast", 5).reshape(8, 8) / 16
+    mean = 1 / 64
+    assert low[3, 4] == pytest.approx(mean + 0.2 * (1 - mean))
+    assert low[0, 0] == pytest.approx(mean - 0.2 * mean)
+    shifted = corrupt_digits(X, "shift", 5, random_state=0).reshape(8, 8)
+    (row,), (col,) = np.nonzero(shifted)
+    assert max(abs(row - 3), abs(col - 4)) == 3 and shifted[row, col] == 16.0
+    blurred = corrupt_digits(X, "blur", 5).reshape(8, 8)
+    assert blurred.sum() == pytest.approx(16.0, rel=0.02)  # the kernel keeps mass inside
+    assert blurred[3, 4] < 16.0 and blurred[3, 5] > 0.0 and blurred[3, 5] == blurred[3, 3]
+
+
+def test_corrupt_digits_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="kind"):
+        corrupt_digits(_DIGITS, "rain", 1)
+    with pytest.raises(ValueError, match="severity"):
+        corrupt_digits(_DIGITS, "blur", 6)
+    with pytest.raises(ValueError, match="64"):
+        corrupt_digits(_DIGITS[:, :10], "blur", 1)
