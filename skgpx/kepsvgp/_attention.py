@@ -1,0 +1,243 @@
+"""One KEP-SVGP self-attention layer (Chen et al., ICML 2024, Sec. 4; spec Sec. 2).
+
+The query/key kernel is the asymmetric cosine kernel ``kappa(x, x') = <phi_q(x), phi_k(x')>``
+handled through its kernel SVD: primal projections ``E = phi_q W_e`` and ``R = phi_k W_r``
+(``N x s`` per head) play the left and right singular functions scaled by the singular
+values ``Lambda``.  The layer output is a draw from the pair of sparse variational GPs whose
+inducing variables ``u_[d] ~ q = N(m_[d], S_[d])`` (prior ``N(0, Lambda^2)``) are shared by
+both branches:
+
+.. math::
+
+    F^e = E \\Lambda^{-1} U, \\qquad F^r = R \\Lambda^{-1} U,
+
+merged by addition or by concatenation along the tokens and projected back to ``d_h``.
+Nothing ``N x N`` is formed: the layer costs O(N s) per head with the addition merge.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = ["KEPAttention", "cosine_features", "ksvd_loss", "ksvd_objective", "svgp_kl"]
+
+_FEATURE_EPS = 1e-12
+
+
+def cosine_features(x, eps=_FEATURE_EPS):
+    """``x / ||x||`` along the last axis (guarded against zero rows)."""
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+
+
+def ksvd_objective(E, R, W_e, W_r, lam):
+    """The KSVD primal objective of each example and head (Eq. 11):
+
+    .. math::
+
+        J = \\tfrac12 \\sum_n e_n^T \\Lambda^{-1} e_n + \\tfrac12 \\sum_n r_n^T \\Lambda^{-1} r_n
+            - \\mathrm{tr}(W_e^T W_r),
+
+    zero at an exact SVD of ``phi_q phi_k^T`` (necessary, not sufficient).
+
+    Parameters
+    ----------
+    E, R : Tensor of shape (..., N, s)
+    W_e, W_r : Tensor of shape (..., d_h, s)
+    lam : Tensor of shape (..., s) (broadcastable)
+
+    Returns
+    -------
+    J : Tensor of shape (...)
+    """
+    inv = 1.0 / lam.unsqueeze(-2)
+    quadratic = 0.5 * ((E * E * inv).sum((-2, -1)) + (R * R * inv).sum((-2, -1)))
+    return quadratic - (W_e * W_r).sum((-2, -1))
+
+
+def ksvd_loss(E, R, W_e, W_r, lam):
+    """``mean_{b,h} (J_bh / N)^2``: the regulariser, normalised by the token count so that
+    its weight does not scale with ``N`` (the zero at an exact SVD is kept)."""
+    return (ksvd_objective(E, R, W_e, W_r, lam) / E.shape[-2]).pow(2).mean()
+
+
+def svgp_kl(mean, tril, lam=None):
+    """KL of ``q(u_[d]) = N(m_[d], L_[d] L_[d]^T)`` from ``N(0, Lambda^2)``, summed (Eq. 21).
+
+    .. math::
+
+        KL = \\tfrac12 \\sum_{h,d} \\big[\\mathrm{tr}(\\Lambda^{-2} S_{[d]})
+             + m_{[d]}^T \\Lambda^{-2} m_{[d]} + \\log|\\Lambda^2| - \\log|S_{[d]}| - s\\big]
+
+    Parameters
+    ----------
+    mean : Tensor of shape (h, s_d, s)
+    tril : Tensor of shape (h, s_d, s, s)
+        Lower-triangular factors with positive diagonal.
+    lam : Tensor of shape (h, s), optional
+        Singular values; None is the whitened prior ``N(0, I)``.
+    """
+    s = mean.shape[-1]
+    log_diag = tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)  # (h, s_d)
+    if lam is None:
+        trace = tril.pow(2).sum((-2, -1)) + mean.pow(2).sum(-1)
+        return 0.5 * (trace - 2.0 * log_diag - s).sum()
+    inv2 = lam.pow(-2).unsqueeze(-2)  # (h, 1, s)
+    trace = (tril.pow(2).sum(-1) * inv2).sum(-1) + (mean.pow(2) * inv2).sum(-1)
+    log_prior = 2.0 * lam.log().sum(-1, keepdim=True)  # (h, 1)
+    return 0.5 * (trace + log_prior - 2.0 * log_diag - s).sum()
+
+
+def _tril(raw):
+    return raw.tril(-1) + torch.diag_embed(F.softplus(raw.diagonal(dim1=-2, dim2=-1)))
+
+
+def _inverse_softplus(value):
+    return value + math.log(-math.expm1(-value))
+
+
+class KEPAttention(nn.Module):
+    """A KEP-SVGP attention layer on layer-normalised tokens ``Z`` of shape (B, N, C).
+
+    Parameters
+    ----------
+    d_model, n_heads, rank : int
+        ``C``, ``h`` and ``s``; ``C`` must be divisible by ``h``.
+    n_tokens : int
+        ``N`` (the concatenation merge needs it fixed; the data projections sub-sample it).
+    projection : {"data", "static"}
+        ``W_e = Z_sub^T Theta_e`` from ``N'`` sub-sampled tokens, or plain parameters.
+    merge : {"add", "concat"}
+    concat_rank : int or None
+        Rank of the token-mixing ``W1`` of the concatenation merge (None: full).
+    whiten : bool
+        Store ``u = Lambda u~`` with prior ``N(0, I)`` (identical outputs and KL).
+    rank_multiplier : int
+        ``N' = min(N, rank * rank_multiplier)`` tokens for the data projections.
+    generator : torch.Generator, optional
+        For the initialisation (CPU).
+    """
+
+    def __init__(self, d_model, n_heads, rank, n_tokens, *, projection="data", merge="add",
+                 concat_rank=None, whiten=True, rank_multiplier=10, generator=None):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
+        h, s, d_h = n_heads, rank, d_model // n_heads
+        self.n_heads, self.rank, self.n_tokens = h, s, n_tokens
+        self.projection, self.merge, self.whiten = projection, merge, whiten
+        self.query_key = nn.Linear(d_model, 2 * d_model, bias=False)
+        if projection == "data":
+            n_sub = min(n_tokens, s * rank_multiplier)
+            index = torch.floor(torch.linspace(0, n_tokens - 1, n_sub)).long()
+            self.register_buffer("token_index", index, persistent=False)
+            self.theta_e = nn.Parameter(self._orthogonal((h, n_sub, s), generator))
+            self.theta_r = nn.Parameter(self._orthogonal((h, n_sub, s), generator))
+        else:
+            self.weight_e = nn.Parameter(self._orthogonal((h, d_h, s), generator))
+            self.weight_r = nn.Parameter(self._orthogonal((h, d_h, s), generator))
+        # lambda = exp(rho) in [e^-2, 1] at initialisation, as the reference
+        self.log_singular_values = nn.Parameter(-2.0 * torch.rand(h, s, generator=generator))
+        mean = torch.randn(h, s, s, generator=generator)
+        raw = 1e-3 * torch.randn(h, s, s, s, generator=generator)
+        raw = raw.tril(-1) + _inverse_softplus(0.1) * torch.eye(s)
+        if not whiten:  # the same initial posterior, stored unwhitened: m = Lambda m~, L = Lambda L~
+            lam = self.log_singular_values.detach().exp()
+            mean = mean * lam.unsqueeze(-2)
+            tril = lam[:, None, :, None] * _tril(raw)
+            raw = tril.tril(-1) + torch.diag_embed(
+                torch.log(torch.expm1(tril.diagonal(dim1=-2, dim2=-1))))
+        self.variational_mean = nn.Parameter(mean)
+        self.raw_variational_tril = nn.Parameter(raw)
+        if merge == "add":
+            self.output = nn.Linear(s, d_h)
+        else:
+            self.output = nn.Linear(s, d_h)
+            if concat_rank is None:
+                self.token_mix = nn.Linear(2 * n_tokens, n_tokens)
+            else:
+                self.token_mix_a = nn.Parameter(torch.randn(n_tokens, concat_rank,
+                                                            generator=generator) / n_tokens)
+                self.token_mix_b = nn.Parameter(torch.randn(2 * n_tokens, concat_rank,
+                                                            generator=generator) / n_tokens)
+                self.token_mix_bias = nn.Parameter(torch.zeros(n_tokens))
+        self.concat_rank = concat_rank
+
+    @staticmethod
+    def _orthogonal(shape, generator):
+        # per head: orthonormal columns from the QR of a Gaussian matrix
+        q, r = torch.linalg.qr(torch.randn(shape, generator=generator))
+        return (q * torch.sign(r.diagonal(dim1=-2, dim2=-1)).unsqueeze(-2)).contiguous()
+
+    @property
+    def singular_values(self):
+        return self.log_singular_values.exp()
+
+    def variational_tril(self):
+        return _tril(self.raw_variational_tril)
+
+    def kl_divergence(self):
+        """The KL term of this layer (Eq. 21; whitened or not, the same value)."""
+        lam = None if self.whiten else self.singular_values
+        return svgp_kl(self.variational_mean, self.variational_tril(), lam)
+
+    def projections(self, Z):
+        """Cosine features and primal weights: ``phi_q, phi_k`` (B, h, N, d_h) and
+        ``W_e, W_r`` (B or 1, h, d_h, s)."""
+        B, N, C = Z.shape
+        h = self.n_heads
+        qk = self.query_key(Z).view(B, N, 2, h, C // h).permute(2, 0, 3, 1, 4)
+        phi_q, phi_k = cosine_features(qk[0]), cosine_features(qk[1])
+        if self.projection == "data":
+            Z_sub = Z[:, self.token_index].view(B, -1, h, C // h).transpose(1, 2)
+            W_e = Z_sub.transpose(-1, -2) @ self.theta_e
+            W_r = Z_sub.transpose(-1, -2) @ self.theta_r
+        else:
+            W_e, W_r = self.weight_e.unsqueeze(0), self.weight_r.unsqueeze(0)
+        return phi_q, phi_k, W_e, W_r
+
+    def inducing_draws(self, eps):
+        """``u_[d] = m_[d] + L_[d] eps_[d]`` (whitened: ``u~``) for ``eps`` (..., h, s_d, s)."""
+        tril = self.variational_tril()
+        return self.variational_mean + (tril @ eps.unsqueeze(-1)).squeeze(-1)
+
+    def forward(self, Z, eps=None):
+        """Layer output (B, N, C), the KL term and the KSVD loss.
+
+        ``eps`` (broadcastable to (B, h, s, s)) are the standard normal draws of the
+        inducing variables; None draws one per example from torch's global generator
+        (training).  Prediction passes draws of shape (h, s, s) shared by every example.
+        """
+        B, N, C = Z.shape
+        phi_q, phi_k, W_e, W_r = self.projections(Z)
+        E, R = phi_q @ W_e, phi_k @ W_r  # (B, h, N, s)
+        lam = self.singular_values
+        if eps is None:
+            eps = torch.randn(B, self.n_heads, self.rank, self.rank, dtype=Z.dtype,
+                              device=Z.device)
+        U = self.inducing_draws(eps)  # (B or 1, h, s_d, s)
+        if not self.whiten:
+            U = U / lam.unsqueeze(-2)  # Lambda^{-1} u
+        if self.merge == "add":
+            F_out = (E + R) @ U.transpose(-1, -2)  # (B, h, N, s_d); u shared by both branches
+            O = self.output(F_out)
+        else:
+            F_out = torch.cat([E, R], dim=-2) @ U.transpose(-1, -2)  # (B, h, 2N, s_d)
+            O = self.output(F_out).transpose(-1, -2)  # (B, h, d_h, 2N)
+            if self.concat_rank is None:
+                O = self.token_mix(O)
+            else:
+                O = (O @ self.token_mix_b) @ self.token_mix_a.T + self.token_mix_bias
+            O = O.transpose(-1, -2)
+        out = O.transpose(1, 2).reshape(B, N, C)
+        return out, self.kl_divergence(), ksvd_loss(E, R, W_e, W_r, lam)
+
+
+def posterior_moments(E, lam, mean, tril):
+    """Mean ``E Lambda^-1 m_[d]`` (..., s_d, N) and covariance ``E Lambda^-1 S_[d] Lambda^-1 E^T``
+    (..., s_d, N, N) of the e-branch output columns (unwhitened parameters; for tests)."""
+    A = E / lam.unsqueeze(-2)  # (..., N, s)
+    column_mean = (A.unsqueeze(-3) @ mean.unsqueeze(-1)).squeeze(-1)
+    root = A.unsqueeze(-3) @ tril  # (..., s_d, N, s)
+    return column_mean, root @ root.transpose(-1, -2)

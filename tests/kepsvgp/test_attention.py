@@ -1,0 +1,164 @@
+"""The KEP-SVGP attention layer (spec kep_svgp.md Sec. 6, oracles 1-5 at the layer level)."""
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import MultivariateNormal, kl_divergence
+
+from skgpx.kepsvgp._attention import (
+    KEPAttention, cosine_features, ksvd_objective, posterior_moments, svgp_kl,
+)
+
+DT = torch.float64
+
+
+def _random_posterior(h, s, seed, diagonal=False):
+    g = torch.Generator().manual_seed(seed)
+    lam = 0.3 + 2.0 * torch.rand(h, s, generator=g, dtype=DT)
+    mean = torch.randn(h, s, s, generator=g, dtype=DT)
+    raw = torch.randn(h, s, s, s, generator=g, dtype=DT)
+    tril = raw.tril(-1) + torch.diag_embed(0.2 + raw.diagonal(dim1=-2, dim2=-1).abs())
+    if diagonal:
+        tril = torch.diag_embed(tril.diagonal(dim1=-2, dim2=-1))
+    return lam, mean, tril
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_kl_matches_torch_distributions(diagonal):
+    h, s = 3, 4
+    lam, mean, tril = _random_posterior(h, s, seed=1, diagonal=diagonal)
+    expected = sum(
+        kl_divergence(MultivariateNormal(mean[i, d], scale_tril=tril[i, d]),
+                      MultivariateNormal(torch.zeros(s, dtype=DT),
+                                         covariance_matrix=torch.diag(lam[i] ** 2)))
+        for i in range(h) for d in range(s)
+    )
+    assert float(svgp_kl(mean, tril, lam)) == pytest.approx(float(expected), rel=1e-10)
+    # whitened: m~ = Lambda^-1 m, L~ = Lambda^-1 L against N(0, I) gives the same KL
+    whitened = svgp_kl(mean / lam.unsqueeze(-2), tril / lam[:, None, :, None])
+    assert float(whitened) == pytest.approx(float(expected), rel=1e-10)
+    # zero at m = 0, S = Lambda^2
+    zero = svgp_kl(torch.zeros_like(mean), torch.diag_embed(lam).unsqueeze(1).expand_as(tril), lam)
+    assert abs(float(zero)) < 1e-12
+
+
+def _exact_svd_setting(s, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(12, 5, generator=g, dtype=DT)
+    phi_q = cosine_features(X @ torch.randn(5, 5, generator=g, dtype=DT))
+    phi_k = cosine_features(X @ torch.randn(5, 5, generator=g, dtype=DT))
+    U, sv, Vh = torch.linalg.svd(phi_q @ phi_k.T)
+    H_e, H_r, lam = U[:, :s], Vh.T[:, :s], sv[:s]
+    W_e, W_r = phi_k.T @ H_r, phi_q.T @ H_e
+    return phi_q, phi_k, H_e, H_r, lam, W_e, W_r
+
+
+@pytest.mark.parametrize("s", [2, 3, 5])
+def test_ksvd_objective_vanishes_at_an_exact_svd(s):
+    phi_q, phi_k, H_e, H_r, lam, W_e, W_r = _exact_svd_setting(s)
+    E, R = phi_q @ W_e, phi_k @ W_r
+    assert torch.allclose(E, H_e * lam, atol=1e-10) and torch.allclose(R, H_r * lam, atol=1e-10)
+    assert abs(float(ksvd_objective(E, R, W_e, W_r, lam))) < 1e-10
+    W_bad = W_e + 0.1 * torch.randn(W_e.shape, generator=torch.Generator().manual_seed(1),
+                                    dtype=DT)
+    assert float(ksvd_objective(phi_q @ W_bad, R, W_bad, W_r, lam)) ** 2 > 1e-5
+
+
+def test_posterior_moments_and_sampler():
+    s = 3
+    phi_q, _, H_e, _, lam, W_e, _ = _exact_svd_setting(s)
+    E = phi_q @ W_e
+    _, mean, tril = _random_posterior(1, s, seed=2)
+    mean, tril, lam1 = mean[0], tril[0], lam.unsqueeze(0)[0]
+    column_mean, cov = posterior_moments(E, lam1, mean, tril)
+    S = tril @ tril.transpose(-1, -2)
+    for d in range(s):
+        assert torch.allclose(column_mean[d], E @ (mean[d] / lam1), atol=1e-12)
+        assert torch.allclose(cov[d], H_e @ S[d] @ H_e.T, atol=1e-12)
+        assert int(torch.linalg.matrix_rank(cov[d])) == s
+    # reparameterised draws u = m + L eps reproduce the moments of E Lambda^-1 u
+    n = 200_000
+    eps = torch.randn(n, s, s, generator=torch.Generator().manual_seed(3), dtype=DT)
+    u = mean + (tril @ eps.unsqueeze(-1)).squeeze(-1)  # (n, s_d, s)
+    draws = (u / lam1) @ E.T  # (n, s_d, N)
+    sd = cov.diagonal(dim1=-2, dim2=-1).sqrt()
+    assert float(((draws.mean(0) - column_mean).abs() / sd).max()) < 5 / np.sqrt(n)
+    centred = draws - draws.mean(0)
+    empirical = torch.einsum("nda,ndb->dab", centred, centred) / (n - 1)
+    assert float((empirical - cov).norm() / cov.norm()) < 1e-2
+
+
+def _layer(merge, projection, whiten, concat_rank=None, seed=0):
+    torch.manual_seed(0)  # nn.Linear initialisation (test-only)
+    layer = KEPAttention(12, 3, 4, 7, projection=projection, merge=merge, whiten=whiten,
+                         concat_rank=concat_rank, rank_multiplier=1,
+                         generator=torch.Generator().manual_seed(seed))
+    return layer.double()
+
+
+@pytest.mark.parametrize("merge,concat_rank", [("add", None), ("concat", None), ("concat", 2)])
+@pytest.mark.parametrize("projection", ["data", "static"])
+def test_shapes_and_losses(merge, concat_rank, projection):
+    layer = _layer(merge, projection, True, concat_rank)
+    Z = torch.randn(3, 7, 12, generator=torch.Generator().manual_seed(5), dtype=DT)
+    eps = torch.randn(3, 3, 4, 4, generator=torch.Generator().manual_seed(6), dtype=DT)
+    out, kl, ksvd = layer(Z, eps)
+    assert out.shape == (3, 7, 12) and kl.shape == () and ksvd.shape == ()
+    assert torch.isfinite(kl) and torch.isfinite(ksvd) and float(kl.detach()) >= 0
+    phi_q, phi_k, W_e, W_r = layer.projections(Z)
+    assert (phi_q @ W_e).shape == (3, 3, 7, 4)
+
+    out, kl, ksvd = layer(Z, eps)
+    total = out.pow(2).sum() + kl + ksvd
+    grads = torch.autograd.grad(total, list(layer.parameters()))
+    # finite differences on a few coordinates of every parameter (autograd vs central diffs)
+    for (name, p), g in zip(layer.named_parameters(), grads):
+        flat = p.data.view(-1)
+        for index in range(0, flat.numel(), max(1, flat.numel() // 3)):
+            old = float(flat[index])
+            flat[index] = old + 1e-6
+            plus = layer(Z, eps)
+            flat[index] = old - 1e-6
+            minus = layer(Z, eps)
+            flat[index] = old
+            f_plus = plus[0].pow(2).sum() + plus[1] + plus[2]
+            f_minus = minus[0].pow(2).sum() + minus[1] + minus[2]
+            numeric = float((f_plus - f_minus).detach()) / 2e-6
+            assert numeric == pytest.approx(float(g.view(-1)[index]), rel=1e-5, abs=1e-7), name
+
+
+@pytest.mark.parametrize("merge", ["add", "concat"])
+def test_whitened_and_unwhitened_layers_agree(merge):
+    whitened = _layer(merge, "data", True)
+    plain = _layer(merge, "data", False)
+    # map the whitened posterior exactly (in float64): m = Lambda m~, L = Lambda L~
+    state = dict(whitened.state_dict())
+    lam = whitened.singular_values.detach()
+    tril = lam[:, None, :, None] * whitened.variational_tril().detach()
+    state["variational_mean"] = whitened.variational_mean.detach() * lam.unsqueeze(-2)
+    state["raw_variational_tril"] = tril.tril(-1) + torch.diag_embed(
+        torch.log(torch.expm1(tril.diagonal(dim1=-2, dim2=-1))))
+    plain.load_state_dict(state)
+    # and the initialisation already maps them, up to float32 rounding
+    torch.testing.assert_close(_layer(merge, "data", False).variational_tril(),
+                               plain.variational_tril(), rtol=1e-6, atol=1e-8)
+    Z = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(7), dtype=DT)
+    eps = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(8), dtype=DT)
+    with torch.no_grad():
+        out_w, kl_w, ksvd_w = whitened(Z, eps)
+        out_p, kl_p, ksvd_p = plain(Z, eps)
+    torch.testing.assert_close(out_w, out_p, rtol=1e-10, atol=1e-12)
+    assert float(kl_w) == pytest.approx(float(kl_p), rel=1e-10)
+    assert float(ksvd_w) == pytest.approx(float(ksvd_p), rel=1e-12)
+
+
+def test_vanishing_posterior_spread_makes_draws_equal_the_mean():
+    layer = _layer("add", "data", True)
+    with torch.no_grad():
+        raw = layer.raw_variational_tril
+        raw.copy_(torch.diag_embed(torch.full(raw.shape[:-1], -60.0, dtype=DT)))
+    Z = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(9), dtype=DT)
+    outputs = [layer(Z, torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(t),
+                                    dtype=DT))[0] for t in range(4)]
+    for other in outputs[1:]:
+        torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-7)
