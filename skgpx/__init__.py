@@ -1,6 +1,7 @@
 """skgpx: scikit-learn estimators for Gaussian-process-family methods, on PyTorch."""
 
 from .dkp import DeepKernelProcessRegressor
+from .kepsvgp import KEPSVGPClassifier
 from .pathwise import PathwiseFunctions, PathwiseGPSampler
 from .qep import DeepQEPClassifier, DeepQEPRegressor
 
@@ -10,6 +11,7 @@ __all__ = [
     "DeepKernelProcessRegressor",
     "DeepQEPClassifier",
     "DeepQEPRegressor",
+    "KEPSVGPClassifier",
     "PathwiseFunctions",
     "PathwiseGPSampler",
     "__version__",

@@ -9,7 +9,8 @@ import pytest
 MODULES = {"skgpx.pathwise._estimator": True, "skgpx.dkp._estimator": True, "skgpx.datasets": False, "skgpx.kernels": False,
            "skgpx.linalg": False,
            "skgpx.qep._estimator": True, "skgpx.qep._classifier": True,
-           "skgpx.qep._distribution": True, "skgpx.metrics": True}
+           "skgpx.qep._distribution": True, "skgpx.metrics": True,
+           "skgpx.kepsvgp._estimator": True}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

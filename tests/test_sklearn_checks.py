@@ -5,6 +5,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skgpx import DeepKernelProcessRegressor, DeepQEPClassifier, DeepQEPRegressor, PathwiseGPSampler
+from skgpx.kepsvgp import KEPSVGPClassifier
 
 from _configs import QEP_FAST
 
@@ -28,6 +29,9 @@ CHECKED = [
     DeepQEPRegressor(q=2.0, hidden_dims=(), bound="scaled", kernel="rbf", **QEP_FAST),
     DeepQEPClassifier(**QEP_FAST),
     DeepQEPClassifier(q=1.5, likelihood="dirichlet", hidden_dims=(4, 2), **QEP_FAST),
+    # spec kep_svgp Sec. 6.9: the defaults (add merge) and the concatenation merge
+    KEPSVGPClassifier(),
+    KEPSVGPClassifier(merge="concat", tokenizer="features"),
 ]
 
 # default-constructed deep Q-EP estimators: about 50 default fits each, over the

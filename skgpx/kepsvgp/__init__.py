@@ -1,5 +1,6 @@
-"""KEP-SVGP attention (Chen et al., ICML 2024).
+"""KEP-SVGP attention (Chen et al., ICML 2024): a Transformer classifier whose attention is a
+pair of sparse variational GPs on kernel-SVD eigenfeatures."""
 
-Work in progress (issue 6): the attention layer and its losses are implemented and tested;
-``KEPSVGPClassifier`` is not public yet.
-"""
+from ._estimator import KEPSVGPClassifier
+
+__all__ = ["KEPSVGPClassifier"]

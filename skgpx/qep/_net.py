@@ -8,47 +8,13 @@ epoch-level progress bar.
 
 import torch
 from skorch import NeuralNet
-from skorch.callbacks import Callback, EarlyStopping
+from skorch.callbacks import EarlyStopping
 from skorch.dataset import ValidSplit
 
-from .._base import cpu_generator, progress_bar
+from .._base import cpu_generator
+from .._skorch import EpochBar, TensorBatches, silent
 
-__all__ = ["QEPNet", "TensorBatches", "build_net"]
-
-
-class TensorBatches:
-    """Mini-batches of a skorch ``Dataset`` holding tensors (or a ``Subset`` of one).
-
-    Slicing whole tensors replaces the per-row ``__getitem__`` and collation of a
-    ``DataLoader``, which cost more than a small model's forward pass.  The order is
-    shuffled with ``generator`` when ``shuffle`` is set.
-    """
-
-    def __init__(self, dataset, batch_size, shuffle=False, generator=None):
-        indices = None
-        if isinstance(dataset, torch.utils.data.Subset):
-            indices = torch.as_tensor(dataset.indices, dtype=torch.long)
-            dataset = dataset.dataset
-        self.X, self.y = dataset.X, dataset.y
-        if indices is not None:
-            device = self.X.device
-            self.X, self.y = self.X[indices.to(device)], self.y[indices.to(device)]
-        self.batch_size = int(batch_size)
-        self.shuffle = shuffle
-        self.generator = generator
-
-    def __len__(self):
-        return -(-self.X.shape[0] // self.batch_size)
-
-    def __iter__(self):
-        n = self.X.shape[0]
-        if self.shuffle and n > self.batch_size:
-            order = torch.randperm(n, generator=self.generator).to(self.X.device)
-            X, y = self.X[order], self.y[order]
-        else:
-            X, y = self.X, self.y
-        for start in range(0, n, self.batch_size):
-            yield X[start : start + self.batch_size], y[start : start + self.batch_size]
+__all__ = ["QEPNet", "build_net"]
 
 
 class QEPNet(NeuralNet):
@@ -71,28 +37,6 @@ class QEPNet(NeuralNet):
         return loss
 
 
-class EpochBar(Callback):
-    """One ``tqdm`` bar per fit over epochs, with the training loss as postfix."""
-
-    def __init__(self, verbose, total):
-        self.verbose = verbose
-        self.total = total
-
-    def on_train_begin(self, net, **kwargs):
-        self.bar_ = progress_bar(self.verbose, "deep Q-EP epochs", total=self.total)
-
-    def on_epoch_end(self, net, **kwargs):
-        self.bar_.update(1)
-        self.bar_.set_postfix(loss=f"{net.history[-1, 'train_loss']:.4g}")
-
-    def on_train_end(self, net, **kwargs):
-        self.bar_.close()
-
-
-def _silent(*args, **kwargs):
-    pass
-
-
 def build_net(module, criterion, *, n_rows, params, seeds, device, stratify):
     """The skorch net of one fit.
 
@@ -110,8 +54,8 @@ def build_net(module, criterion, *, n_rows, params, seeds, device, stratify):
         Whether the validation split is stratified (classifier).
     """
     batch_size = params["batch_size"] or min(n_rows, 1024)
-    callbacks = [("epoch_bar", EpochBar(params["verbose"], params["max_iter"]))]
-    sink = print if params["verbose"] >= 2 else _silent
+    callbacks = [("epoch_bar", EpochBar(params["verbose"], params["max_iter"], "deep Q-EP epochs"))]
+    sink = print if params["verbose"] >= 2 else silent
     train_split = None
     if params["early_stopping"]:
         train_split = ValidSplit(
