@@ -26,6 +26,7 @@ __all__ = [
     "Interval",
     "StrOptions",
     "CPUPickleMixin",
+    "ProbabilisticClassifierMixin",
     "TorchEstimatorMixin",
     "column_standardisation",
     "cpu_generator",
@@ -38,6 +39,7 @@ __all__ = [
     "move_to_device",
     "state_to_device",
     "to_numpy",
+    "to_probabilities",
 ]
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -143,6 +145,13 @@ def to_numpy(tensor):
     return tensor.detach().to("cpu", torch.float64).numpy()
 
 
+def to_probabilities(tensor):
+    """Class probabilities (rows of a tensor) as float64 numpy rows that sum to one: the
+    rows are renormalised after the copy, so float32 rounding cannot leave them off 1."""
+    proba = to_numpy(tensor)
+    return proba / proba.sum(axis=1, keepdims=True)
+
+
 def move_to_device(value, device):
     """``value`` with its tensors on ``device``: tensors, modules, lists, tuples, dicts,
     and dataclass instances (moved field by field into a shallow copy); anything else
@@ -175,6 +184,28 @@ class CPUPickleMixin:
 
     def __getstate__(self):
         return state_to_device(self.__dict__, "cpu")
+
+
+class ProbabilisticClassifierMixin:
+    """``predict`` and ``predict_log_proba`` of a classifier from its ``predict_proba``."""
+
+    def predict(self, X):
+        """The class of largest ``predict_proba``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+        """
+        proba = self.predict_proba(X)  # checks the fit before classes_ is read
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def predict_log_proba(self, X):
+        """Logarithm of ``predict_proba``: ndarray of shape (n_samples, n_classes)."""
+        return np.log(self.predict_proba(X))
 
 
 class TorchEstimatorMixin:

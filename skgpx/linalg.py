@@ -10,14 +10,18 @@ import warnings
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 __all__ = [
     "CARENoSolutionError",
     "CARESolveError",
     "NotPositiveDefiniteError",
     "cholesky_solve",
+    "inverse_softplus",
     "jittered_cholesky",
     "logdet_from_cholesky",
+    "positive_tril",
+    "positive_tril_raw",
     "solve_care",
     "solve_care_closed_form",
     "solve_care_kleinman",
@@ -113,6 +117,24 @@ def jittered_cholesky(
         f"The {name} is not positive definite, even with a jitter of "
         f"{max_jitter:.1e} of its mean diagonal: {advice}."
     )
+
+
+def inverse_softplus(value):
+    """``x`` with ``softplus(x) = value`` (initialises parameters kept positive by softplus)."""
+    value = torch.as_tensor(value, dtype=torch.float64)
+    return value + torch.log(-torch.expm1(-value))
+
+
+def positive_tril(raw):
+    """A lower-triangular factor with positive diagonal from an unconstrained square
+    parameter: its strictly lower part plus ``softplus`` of its diagonal."""
+    return raw.tril(-1) + torch.diag_embed(F.softplus(raw.diagonal(dim1=-2, dim2=-1)))
+
+
+def positive_tril_raw(factor):
+    """The parameter that :func:`positive_tril` maps to ``factor`` (positive diagonal)."""
+    diagonal = inverse_softplus(factor.diagonal(dim1=-2, dim2=-1)).to(factor.dtype)
+    return factor.tril(-1) + torch.diag_embed(diagonal)
 
 
 def cholesky_solve(factor, rhs):

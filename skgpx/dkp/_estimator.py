@@ -296,11 +296,6 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         self.dtype = dtype
         self.verbose = verbose
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        return tags
-
     # ------------------------------------------------------------------ fit
 
     def _resolve_dof(self):

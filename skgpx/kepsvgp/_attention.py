@@ -15,11 +15,10 @@ merged by addition or by concatenation along the tokens and projected back to ``
 Nothing ``N x N`` is formed: the layer costs O(N s) per head with the addition merge.
 """
 
-import math
-
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from ..linalg import inverse_softplus, positive_tril, positive_tril_raw
 
 __all__ = ["KEPAttention", "cosine_features", "ksvd_loss", "ksvd_objective", "svgp_kl"]
 
@@ -89,14 +88,6 @@ def svgp_kl(mean, tril, lam=None):
     return 0.5 * (trace + log_prior - 2.0 * log_diag - s).sum()
 
 
-def _tril(raw):
-    return raw.tril(-1) + torch.diag_embed(F.softplus(raw.diagonal(dim1=-2, dim2=-1)))
-
-
-def _inverse_softplus(value):
-    return value + math.log(-math.expm1(-value))
-
-
 class KEPAttention(nn.Module):
     """A KEP-SVGP attention layer on layer-normalised tokens ``Z`` of shape (B, N, C).
 
@@ -141,19 +132,15 @@ class KEPAttention(nn.Module):
         self.log_singular_values = nn.Parameter(-2.0 * torch.rand(h, s, generator=generator))
         mean = torch.randn(h, s, s, generator=generator)
         raw = 1e-3 * torch.randn(h, s, s, s, generator=generator)
-        raw = raw.tril(-1) + _inverse_softplus(0.1) * torch.eye(s)
+        raw = raw.tril(-1) + float(inverse_softplus(0.1)) * torch.eye(s)
         if not whiten:  # the same initial posterior, stored unwhitened: m = Lambda m~, L = Lambda L~
             lam = self.log_singular_values.detach().exp()
             mean = mean * lam.unsqueeze(-2)
-            tril = lam[:, None, :, None] * _tril(raw)
-            raw = tril.tril(-1) + torch.diag_embed(
-                torch.log(torch.expm1(tril.diagonal(dim1=-2, dim2=-1))))
+            raw = positive_tril_raw(lam[:, None, :, None] * positive_tril(raw))
         self.variational_mean = nn.Parameter(mean)
         self.raw_variational_tril = nn.Parameter(raw)
-        if merge == "add":
-            self.output = nn.Linear(s, d_h)
-        else:
-            self.output = nn.Linear(s, d_h)
+        self.output = nn.Linear(s, d_h)  # shared by the heads, as the reference
+        if merge == "concat":
             if concat_rank is None:
                 self.token_mix = nn.Linear(2 * n_tokens, n_tokens)
             else:
@@ -175,7 +162,7 @@ class KEPAttention(nn.Module):
         return self.log_singular_values.exp()
 
     def variational_tril(self):
-        return _tril(self.raw_variational_tril)
+        return positive_tril(self.raw_variational_tril)
 
     def kl_divergence(self):
         """The KL term of this layer (Eq. 21; whitened or not, the same value)."""

@@ -13,8 +13,9 @@ from skorch import NeuralNet
 from skorch.callbacks import LRScheduler
 
 from .._base import (
-    Interval, StrOptions, TorchEstimatorMixin, column_standardisation, cpu_generator, draw_seed,
-    fenced_global_rng, to_numpy,
+    Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin,
+    column_standardisation, cpu_generator, draw_seed, fenced_global_rng, to_numpy,
+    to_probabilities,
 )
 from .._skorch import EpochBar, TensorBatches
 from ._model import KEPTransformer, tokenizer_geometry
@@ -37,7 +38,8 @@ class _KEPNet(NeuralNet):
         return loss
 
 
-class KEPSVGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
+class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEstimatorMixin,
+                        BaseEstimator):
     """Transformer classifier with kernel-eigen-pair sparse variational GP attention.
 
     The last ``kep_layers`` self-attention layers of a small pre-LN Transformer are
@@ -207,10 +209,7 @@ class KEPSVGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
 
     def _scaling(self, X):
         # feature tokens are standardised per column, image and sequence values as a whole
-        if self.tokenizer == "features":
-            return column_standardisation(X)
-        mean, scale = column_standardisation(X.reshape(-1, 1))
-        return mean, scale
+        return column_standardisation(X if self.tokenizer == "features" else X.reshape(-1, 1))
 
     def fit(self, X, y):
         """Train the network (``max_iter`` epochs of Adam with a one-cycle schedule).
@@ -308,9 +307,9 @@ class KEPSVGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         out = []
         with torch.no_grad():
             for start in range(0, Xt.shape[0], self.batch_size):
-                batch = Xt[start:start + self.batch_size]
+                encoded = self.module_.encode(Xt[start:start + self.batch_size])
                 out.append(torch.stack([
-                    self.module_(batch, [d[t] for d in draws] if draws else None)[0]
+                    self.module_.decode(encoded, [d[t] for d in draws])[0]
                     for t in range(distinct)
                 ]))
         logits = torch.cat(out, dim=1)
@@ -357,13 +356,7 @@ class KEPSVGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
             proba = torch.softmax(logits.mean(0), dim=-1)
         else:
             proba = torch.softmax(logits, dim=-1).mean(0)
-        proba = to_numpy(proba)
-        return proba / proba.sum(axis=1, keepdims=True)
-
-    def predict(self, X):
-        """The class of largest :meth:`predict_proba`."""
-        proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+        return to_probabilities(proba)
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Posterior draws of the class-probability vector (draws last, as sklearn's

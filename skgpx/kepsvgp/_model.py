@@ -64,7 +64,7 @@ def tokenizer_geometry(tokenizer, n_features, image_shape=None, patch_size=2, to
 
 
 class _Tokenizer(nn.Module):
-    def __init__(self, kind, n_features, d_model, details, generator):
+    def __init__(self, kind, n_features, n_tokens, d_model, details, generator):
         super().__init__()
         self.kind, self.details = kind, details
         if kind == "features":
@@ -73,7 +73,6 @@ class _Tokenizer(nn.Module):
             self.bias = nn.Parameter(torch.zeros(n_features, d_model))
             return
         width = details[0] if kind == "sequence" else details[2] * details[3] ** 2
-        n_tokens = tokenizer_n_tokens(kind, n_features, details)
         self.embed = nn.Linear(width, d_model)
         self.position = nn.Parameter(0.02 * torch.randn(n_tokens, d_model, generator=generator))
 
@@ -88,13 +87,6 @@ class _Tokenizer(nn.Module):
             image = x.view(B, height // p, p, width // p, p, channels)
             tokens = image.permute(0, 1, 3, 2, 4, 5).reshape(B, -1, p * p * channels)
         return self.embed(tokens) + self.position
-
-
-def tokenizer_n_tokens(kind, n_features, details):
-    if kind == "sequence":
-        return n_features // details[0]
-    height, width, _, p = details
-    return (height // p) * (width // p)
 
 
 class _SoftmaxAttention(nn.Module):
@@ -142,7 +134,7 @@ class KEPTransformer(nn.Module):
                  depth, mlp_ratio, dropout, pooling, kep_layers, rank, merge, concat_rank,
                  projection, rank_multiplier, whiten, generator):
         super().__init__()
-        self.tokenizer = _Tokenizer(tokenizer, n_features, d_model, details, generator)
+        self.tokenizer = _Tokenizer(tokenizer, n_features, n_tokens, d_model, details, generator)
         self.pooling = pooling
         if pooling == "cls":
             self.cls = nn.Parameter(0.02 * torch.randn(1, 1, d_model, generator=generator))
@@ -166,16 +158,25 @@ class KEPTransformer(nn.Module):
     def kep_attention(self):
         return [b.attention for b in self.blocks if isinstance(b.attention, KEPAttention)]
 
-    def forward(self, x, eps=None):
+    def encode(self, x):
+        """Tokens after the deterministic (softmax-attention) blocks: (B, N, C).  They do
+        not depend on the posterior draws, so prediction computes them once per batch."""
         h = self.tokenizer(x)
         if self.pooling == "cls":
             h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)
+        for block in self.blocks[:len(self.blocks) - len(self.kep_attention)]:
+            h = block(h)[0]
+        return h
+
+    def decode(self, h, eps=None):
+        """The KEP blocks, pooling and head on encoded tokens: ``(logits, kl, ksvd)``."""
         kl = ksvd = h.new_zeros(())
-        draws = iter(eps) if eps is not None else None
-        for block in self.blocks:
-            is_kep = isinstance(block.attention, KEPAttention)
-            h, layer_kl, layer_ksvd = block(h, next(draws) if (is_kep and draws) else None)
-            if is_kep:
-                kl, ksvd = kl + layer_kl, ksvd + layer_ksvd
+        kep_blocks = self.blocks[len(self.blocks) - len(self.kep_attention):]
+        for index, block in enumerate(kep_blocks):
+            h, layer_kl, layer_ksvd = block(h, None if eps is None else eps[index])
+            kl, ksvd = kl + layer_kl, ksvd + layer_ksvd
         pooled = h[:, 0] if self.pooling == "cls" else h.mean(1)
         return self.head(self.norm(pooled)), kl, ksvd
+
+    def forward(self, x, eps=None):
+        return self.decode(self.encode(x), eps)

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ._distribution import variance_factor
+from ._distribution import expected_log_chi2, variance_factor
 
 __all__ = ["dirichlet_targets", "expected_log_likelihood", "kl_authors", "kl_scaled"]
 
@@ -101,8 +101,7 @@ def kl_scaled(mean, scale_tril, q):
     kappa = variance_factor(m, q)
     out = 0.5 * (kappa * trace).pow(q / 2.0) - 0.5 * m - 0.5 * logdet
     if q != 2:
-        digamma = float(torch.special.digamma(torch.tensor(m / 2.0, dtype=torch.float64)))
-        expected_log = (2.0 / q) * (digamma + math.log(2.0))
+        expected_log = (2.0 / q) * expected_log_chi2(m)
         out = out + 0.5 * m * (q / 2.0 - 1.0) * (expected_log - torch.log(kappa * trace))
     return out
 

@@ -7,7 +7,7 @@ import torch
 from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._base import Interval, StrOptions, to_numpy
+from .._base import Interval, ProbabilisticClassifierMixin, StrOptions, to_numpy, to_probabilities
 from ._base_estimator import COMMON_PARAMETERS, DeepQEPBase
 from ._likelihoods import DirichletLikelihood, SoftmaxLikelihood
 from ._predict import shared_draws
@@ -15,7 +15,7 @@ from ._predict import shared_draws
 __all__ = ["DeepQEPClassifier"]
 
 
-class DeepQEPClassifier(ClassifierMixin, DeepQEPBase):
+class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBase):
     __doc__ = (
         """Deep q-exponential process classification by sparse variational inference.
 
@@ -203,26 +203,7 @@ class DeepQEPClassifier(ClassifierMixin, DeepQEPBase):
         shape = (self.n_likelihood_samples,) + (mean.shape[0], 1, mean.shape[2])
         eps = shared_draws(self.module_, shape, generator, mean.device)
         logits = mean + var.sqrt() * (self.module_.draw_scale * eps)
-        proba = to_numpy(torch.softmax(logits, dim=-1).mean((0, 1)))
-        return proba / proba.sum(axis=1, keepdims=True)
-
-    def predict(self, X):
-        """The class of largest ``predict_proba``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-        """
-        proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        return np.log(self.predict_proba(X))
+        return to_probabilities(torch.softmax(logits, dim=-1).mean((0, 1)))
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Probability vectors ``softmax(f)`` of joint latent draws ``f`` at the rows of ``X``.

@@ -22,6 +22,7 @@ import torch
 
 __all__ = [
     "MultivariateQExponential",
+    "expected_log_chi2",
     "radius_moment",
     "standard_univariate_draws",
     "univariate_variance_factor",
@@ -41,6 +42,13 @@ def radius_moment(k, dim, q):
     """
     log_value = (k / q) * math.log(2.0) + _lgamma(dim / 2.0 + k / q) - _lgamma(dim / 2.0)
     return float(torch.exp(log_value))
+
+
+def expected_log_chi2(dim):
+    """``E[log X] = psi(N/2) + log 2`` for ``X ~ chi^2(N)`` (so ``E[log r] = (2/q)`` times it
+    for the q-ED radius, ``r^(q/2) ~ chi^2(N)``)."""
+    digamma = torch.special.digamma(torch.tensor(dim / 2.0, dtype=torch.float64))
+    return float(digamma) + math.log(2.0)
 
 
 def variance_factor(dim, q):
@@ -151,11 +159,10 @@ class MultivariateQExponential:
     def entropy(self):
         """``1/2 log|C| + N/2 log 2pi - log(q/2) - N/2 (1 - 2/q)(psi(N/2) + log 2) + N/2``."""
         n, q = self.dim, self.power
-        digamma = float(torch.special.digamma(torch.tensor(n / 2.0, dtype=torch.float64)))
         constant = (
             0.5 * n * math.log(2.0 * math.pi)
             - math.log(q / 2.0)
-            - 0.5 * n * (1.0 - 2.0 / q) * (digamma + math.log(2.0))
+            - 0.5 * n * (1.0 - 2.0 / q) * expected_log_chi2(n)
             + 0.5 * n
         )
         return 0.5 * self._log_det_scale() + constant

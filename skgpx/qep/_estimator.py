@@ -150,11 +150,6 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         self.random_state = random_state
         self.verbose = verbose
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        return tags
-
     def fit(self, X, y):
         """Fit the deep Q-EP by doubly-stochastic variational inference.
 

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from ._bounds import dirichlet_targets, expected_log_likelihood
 from ._distribution import standard_univariate_draws
-from ._model import inverse_softplus
+from ..linalg import inverse_softplus
 
 __all__ = ["DirichletLikelihood", "QExponentialLikelihood", "SoftmaxLikelihood"]
 

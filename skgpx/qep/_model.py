@@ -23,11 +23,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..kernels import unit_stationary_kernel
-from ..linalg import NotPositiveDefiniteError
+from ..linalg import NotPositiveDefiniteError, inverse_softplus, positive_tril, try_cholesky
 from ._bounds import kl_authors, kl_scaled
 from ._distribution import standard_univariate_draws, univariate_variance_factor
 
-__all__ = ["DeepQEPModule", "QEPLayer", "initial_mean_weight", "inverse_softplus", "pca_directions"]
+__all__ = ["DeepQEPModule", "QEPLayer", "initial_mean_weight", "pca_directions"]
 
 _JITTER_RETRIES = 3
 _ADVICE = (
@@ -35,10 +35,9 @@ _ADVICE = (
 )
 
 
-def inverse_softplus(value):
-    """``x`` with ``softplus(x) = value`` (for initialising positive parameters)."""
-    value = torch.as_tensor(value, dtype=torch.float64)
-    return value + torch.log(-torch.expm1(-value))
+def _triangular_inverse(factor):
+    eye = torch.eye(factor.shape[-1], dtype=factor.dtype, device=factor.device)
+    return torch.linalg.solve_triangular(factor, eye, upper=False)
 
 
 class QEPLayer(nn.Module):
@@ -97,9 +96,7 @@ class QEPLayer(nn.Module):
 
     def variational_tril(self):
         """``S``: strictly lower part of the raw parameter plus a softplus diagonal."""
-        raw = self.raw_variational_tril
-        diagonal = F.softplus(raw.diagonal(dim1=-2, dim2=-1))
-        return raw.tril(-1) + torch.diag_embed(diagonal)
+        return positive_tril(self.raw_variational_tril)
 
     def kl_divergence(self, q, bound):
         """Per-unit KL terms of the whitened inducing values, shape ``(D,)``."""
@@ -118,22 +115,18 @@ class QEPLayer(nn.Module):
         Z = self.inducing_points
         K = unit_stationary_kernel(Z, Z, self.length_scale, scale, self.kernel)
         eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
-        factor, info = torch.linalg.cholesky_ex(K + (jitter * scale)[:, None, None] * eye)
-        if bool((info != 0).any()):
-            return None
-        return factor
+        return try_cholesky(K + (jitter * scale)[:, None, None] * eye)
 
-    def _projections(self, H, factor):
-        # A = L^{-1} K_ZH of shape (D, M, n) for the rows of H, through the explicit
-        # triangular inverse: a batched product is about twice as fast as a triangular
-        # solve forward and backward, and L^{-1} costs only O(M^3) per unit.
+    def _projections(self, H, whitening):
+        # A = L^{-1} K_ZH of shape (D, M, n) for the rows of H.  The explicit triangular
+        # inverse (computed once per pass by DeepQEPModule.inducing_whitening) makes this a
+        # batched product, about twice as fast as a triangular solve forward and backward.
         K_zh = unit_stationary_kernel(
             self.inducing_points, H, self.length_scale, self.output_scale, self.kernel
         )
-        eye = torch.eye(factor.shape[-1], dtype=factor.dtype, device=factor.device)
-        return torch.linalg.solve_triangular(factor, eye, upper=False) @ K_zh
+        return whitening @ K_zh
 
-    def marginals(self, H, factor, min_variance):
+    def marginals(self, H, whitening, min_variance):
         """Location and scale of each unit's marginal at each row.
 
         With ``A = L^{-1} K_ZH`` and ``Lambda = S S^T - I``, one product
@@ -142,8 +135,9 @@ class QEPLayer(nn.Module):
         Parameters
         ----------
         H : Tensor of shape (S, B, Q)
-        factor : Tensor of shape (D, M, M)
-            From :meth:`inducing_cholesky`.
+        whitening : Tensor of shape (D, M, M)
+            ``L^{-1}``, the inverse Cholesky factors of ``K_ZZ`` (see
+            :meth:`DeepQEPModule.inducing_whitening`).
         min_variance : float
             Floor of the returned scale ``v``.
 
@@ -151,7 +145,7 @@ class QEPLayer(nn.Module):
         -------
         mean, var : Tensor of shape (S, B, D)
         """
-        A = self._projections(H.reshape(-1, H.shape[-1]), factor)  # (D, M, S*B)
+        A = self._projections(H.reshape(-1, H.shape[-1]), whitening)  # (D, M, S*B)
         S = self.variational_tril()
         eye = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
         middle = torch.cat([S @ S.transpose(-1, -2) - eye, self.variational_mean.unsqueeze(-2)], -2)
@@ -164,12 +158,12 @@ class QEPLayer(nn.Module):
         var = var.transpose(0, 1).reshape(shape).clamp_min(min_variance)
         return mean, var
 
-    def joint(self, H, factor):
+    def joint(self, H, whitening):
         """Joint location ``(S, D, B)`` and scale matrix ``(S, D, B, B)`` over the rows of
         each sample of ``H`` (for ``sample_y``)."""
         Hd = H.unsqueeze(1)  # (S, 1, B, Q): broadcast over units
         K_hh = unit_stationary_kernel(Hd, Hd, self.length_scale, self.output_scale, self.kernel)
-        A = self._projections(Hd, factor)  # (S, D, M, B)
+        A = self._projections(Hd, whitening)  # (S, D, M, B)
         SA = self.variational_tril().transpose(-1, -2) @ A
         cov = K_hh - A.transpose(-1, -2) @ A + SA.transpose(-1, -2) @ SA
         mean = (self.variational_mean.unsqueeze(-2) @ A).squeeze(-2)
@@ -218,8 +212,9 @@ class DeepQEPModule(nn.Module):
         """Variance of a latent marginal per unit of scale ``v`` (``c_q`` or 1)."""
         return univariate_variance_factor(self.q) if self.bound == "authors" else 1.0
 
-    def inducing_factors(self, escalate=True):
-        """Cholesky factors of every layer's ``K_ZZ``.
+    def inducing_whitening(self, escalate=True):
+        """``L^{-1}`` for every layer, ``L L^T = K_ZZ + jitter``: the map to whitened
+        inducing values, computed once per pass and shared by all rows and paths.
 
         When a factorisation fails and ``escalate`` is True (training), the jitter is
         raised tenfold, at most three times, with a warning; the raised jitter is kept.
@@ -232,7 +227,7 @@ class DeepQEPModule(nn.Module):
         for attempt in range(_JITTER_RETRIES + 1):
             factors = [layer.inducing_cholesky(self.jitter) for layer in self.layers]
             if all(factor is not None for factor in factors):
-                return factors
+                return [_triangular_inverse(factor) for factor in factors]
             if not escalate or attempt == _JITTER_RETRIES:
                 break
             self.jitter *= 10.0
@@ -251,7 +246,7 @@ class DeepQEPModule(nn.Module):
         """Sum of the KL terms of every unit of every layer."""
         return sum(layer.kl_divergence(self.q, self.bound).sum() for layer in self.layers)
 
-    def propagate(self, X, hidden_draws, factors=None):
+    def propagate(self, X, hidden_draws, whitening=None):
         """Push ``X`` of shape (B, Q) through the layers.
 
         ``hidden_draws(layer_index, shape)`` returns the standard draws of one hidden
@@ -263,14 +258,14 @@ class DeepQEPModule(nn.Module):
         -------
         mean, var : Tensor of shape (S, B, D_L), or (1, B, D_L) without hidden layers
         """
-        if factors is None:
-            factors = self.inducing_factors(escalate=self.training)
+        if whitening is None:
+            whitening = self.inducing_whitening(escalate=self.training)
         H = X.unsqueeze(0)
-        for index, (layer, factor) in enumerate(zip(self.layers[:-1], factors)):
-            mean, var = layer.marginals(H, factor, self.min_variance)
+        for index, (layer, inverse) in enumerate(zip(self.layers[:-1], whitening)):
+            mean, var = layer.marginals(H, inverse, self.min_variance)
             eps = hidden_draws(index, mean.shape)
             H = mean + var.sqrt() * (self.draw_scale * eps)
-        return self.layers[-1].marginals(H, factors[-1], self.min_variance)
+        return self.layers[-1].marginals(H, whitening[-1], self.min_variance)
 
     def forward(self, X):
         """Training pass: fresh per-row draws from torch's (fenced) global generator."""

@@ -44,14 +44,14 @@ def latent_moments(module, X, n_draws, generator):
         shared_draws(module, (n_draws, 1, layer.n_units), generator, device)
         for layer in module.layers[:-1]
     ]
-    factors = module.inducing_factors(escalate=False)
+    whitening = module.inducing_whitening(escalate=False)
     largest = max(layer.inducing_points.shape[1] * layer.n_units for layer in module.layers)
     chunk = rows_per_chunk(X.shape[0], n_draws * largest, device)
     means, variances = [], []
     with torch.no_grad():
         for start in range(0, X.shape[0], chunk):
             mean, var = module.propagate(
-                X[start : start + chunk], lambda index, shape: eps[index], factors
+                X[start : start + chunk], lambda index, shape: eps[index], whitening
             )
             means.append(mean)
             variances.append(var)
@@ -71,10 +71,10 @@ def joint_latent_draws(module, X, n_samples, generator):
     draws : Tensor of shape (n_samples, D_L, n)
     """
     H = X.unsqueeze(0)
-    factors = module.inducing_factors(escalate=False)
+    whitening = module.inducing_whitening(escalate=False)
     with torch.no_grad():
-        for layer, factor in zip(module.layers, factors):
-            mean, cov = layer.joint(H, factor)  # (S_in, D, n), (S_in, D, n, n)
+        for layer, inverse in zip(module.layers, whitening):
+            mean, cov = layer.joint(H, inverse)  # (S_in, D, n), (S_in, D, n, n)
             shift = module.jitter * layer.output_scale[:, None, None]
             eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
             tril, _ = jittered_cholesky(

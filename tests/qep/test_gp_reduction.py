@@ -10,7 +10,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
 from skgpx.kernels import unit_stationary_kernel
 from skgpx.qep import DeepQEPRegressor
-from skgpx.qep._model import inverse_softplus
+from skgpx.linalg import inverse_softplus, positive_tril_raw
 
 N_ROWS, NOISE, OUTPUT_SCALE = 30, 0.05, 1.7
 LENGTH_SCALE = np.array([0.8, 1.3])  # in standardised units
@@ -54,8 +54,7 @@ def _set_titsias_optimum(model, layer, y):
         m = Linv @ mean_u
         S = torch.linalg.cholesky(Linv @ cov_u @ Linv.T)
         layer.variational_mean.copy_(m.unsqueeze(0))
-        raw = S.tril(-1) + torch.diag(inverse_softplus(S.diagonal()))
-        layer.raw_variational_tril.copy_(raw.unsqueeze(0))
+        layer.raw_variational_tril.copy_(positive_tril_raw(S).unsqueeze(0))
 
 
 def _sklearn_gp(model, X, y):
