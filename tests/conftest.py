@@ -4,6 +4,11 @@ import os
 # scipy reads this once, when its array-API helpers are first imported; it must be set before
 # anything (sklearn included) imports scipy, or sklearn's array-API checks skip silently.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
+# MKL (torch's CPU BLAS/LAPACK) picks kernels by the memory alignment of its inputs unless told
+# to be run-to-run reproducible; without this, two identical fits in one process can differ in
+# the last bits on some CPUs, and the bitwise determinism tests would test the allocator. It is
+# read when MKL loads, so before torch is imported.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 import pytest  # noqa: E402
 import threadpoolctl  # noqa: E402
