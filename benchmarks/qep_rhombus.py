@@ -56,8 +56,8 @@ Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_rhombus.{
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
-import _qep_common as Q
-from _qep_common import fmt_pm, mean_se, values
+import _fits as Q
+from _fits import fmt_pm, mean_se, values
 
 import argparse
 import math

@@ -88,8 +88,8 @@ Results (all per-fit records and the summaries) go to ``--json`` and ``--csv`` (
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
-import _qep_common as Q
-from _qep_common import fmt_pm, mean_se, values
+import _fits as Q
+from _fits import fmt_pm, mean_se, values
 
 import argparse
 import math

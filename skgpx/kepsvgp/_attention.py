@@ -133,7 +133,7 @@ class KEPAttention(nn.Module):
         mean = torch.randn(h, s, s, generator=generator)
         raw = 1e-3 * torch.randn(h, s, s, s, generator=generator)
         raw = raw.tril(-1) + float(inverse_softplus(0.1)) * torch.eye(s)
-        if not whiten:  # the same initial posterior, stored unwhitened: m = Lambda m~, L = Lambda L~
+        if not whiten:  # the same initial posterior stored unwhitened: m = Lambda m~, L = Lambda L~
             lam = self.log_singular_values.detach().exp()
             mean = mean * lam.unsqueeze(-2)
             raw = positive_tril_raw(lam[:, None, :, None] * positive_tril(raw))

@@ -251,6 +251,13 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         yt = torch.tensor(encoder.transform(y), dtype=torch.long, device=device)
         batch_size = min(self.batch_size, X.shape[0])
         steps = self.max_iter * -(-X.shape[0] // batch_size)
+        schedule = []
+        if steps > 1:  # one step has no cycle: it runs at lr
+            # warm up over 5% of the steps but at least 1.5 of them: OneCycleLR divides by
+            # pct_start * steps - 1, which must not be 0
+            schedule = [("lr_schedule", LRScheduler(
+                policy=torch.optim.lr_scheduler.OneCycleLR, max_lr=self.lr, total_steps=steps,
+                pct_start=max(0.05, 1.5 / steps), step_every="batch"))]
         with fenced_global_rng(train_seed, device):
             module = KEPTransformer(
                 n_features=X.shape[1], n_classes=len(self.classes_), tokenizer=self.tokenizer,
@@ -268,10 +275,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
                 iterator_train__shuffle=True,
                 iterator_train__generator=cpu_generator(train_seed + 1),
                 iterator_valid=TensorBatches, train_split=None, device=device,
-                callbacks=[
-                    ("lr_schedule", LRScheduler(
-                        policy=torch.optim.lr_scheduler.OneCycleLR, max_lr=self.lr,
-                        total_steps=steps, pct_start=0.05, step_every="batch")),
+                callbacks=schedule + [
                     ("epoch_bar", EpochBar(self.verbose, self.max_iter, "KEP-SVGP epochs")),
                 ],
                 verbose=1 if self.verbose >= 2 else 0,

@@ -162,3 +162,32 @@ def test_vanishing_posterior_spread_makes_draws_equal_the_mean():
                                     dtype=DT))[0] for t in range(4)]
     for other in outputs[1:]:
         torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- oracle 6
+def test_reference_parameterisation_defect_and_our_full_rank_factors():
+    """Documents spec Sec. 3, rows "S_uu factor" and "KL log-det", in plain numpy.
+
+    The reference stores one (s, s, s) array per head, makes it lower triangular on its last two
+    axes (positive diagonal from ``exp(log_ssqrt)``), but samples output ``d`` with the slice
+    on the *last* axis, ``F_d[a, b] = T[a, b, d]``. Entries with ``b < d`` are never filled, so
+    ``rank(F_d) = s - d``, while its KL log-determinant, ``sum(log_ssqrt)``, is the log-diagonal
+    sum of the *first*-axis slices ``T[a]``, whose determinants the sampler never uses.
+    """
+    s = 5
+    rng = np.random.default_rng(0)
+    strict = np.tril(rng.standard_normal((s, s, s)), k=-1)
+    log_ssqrt = rng.standard_normal((s, s))
+    T = strict + np.einsum("ab,bc->abc", np.exp(log_ssqrt), np.eye(s))
+    sampled = [T[:, :, d] for d in range(s)]
+    assert [np.linalg.matrix_rank(F) for F in sampled] == [5, 4, 3, 2, 1]
+    first_axis_log_diag = sum(np.log(np.diag(T[a])).sum() for a in range(s))
+    assert log_ssqrt.sum() == pytest.approx(first_axis_log_diag, rel=1e-12)
+    # the covariances the reference samples from are singular for d >= 1, so no finite
+    # log-determinant could match them
+    assert all(np.linalg.det(F @ F.T) == pytest.approx(0.0, abs=1e-10) for F in sampled[1:])
+    # ours: one proper lower-triangular factor per (head, d), full rank s for every d
+    tril = _layer("add", "data", True).variational_tril().detach().numpy()
+    assert tril.shape == (3, 4, 4, 4)
+    assert all(np.linalg.matrix_rank(F) == 4 for F in tril.reshape(-1, 4, 4))
+    np.testing.assert_array_equal(np.triu(tril, k=1), 0.0)

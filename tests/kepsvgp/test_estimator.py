@@ -1,5 +1,6 @@
 """KEPSVGPClassifier behaviour (spec kep_svgp.md Sec. 6, oracles 5 and 7)."""
 
+import copy
 import pickle
 
 import numpy as np
@@ -87,3 +88,67 @@ def test_one_class_and_one_sample():
         KEPSVGPClassifier().fit(X[:10], np.zeros(10))
     with pytest.raises(ValueError, match="1 sample"):
         KEPSVGPClassifier().fit(X[:1], Y[:1])
+
+
+def test_logit_aggregation_is_the_softmax_of_the_mean_logits(fitted):
+    """``mc_aggregation="logits"``: softmax of the draws' mean logits. ``log p_t`` equals the
+    logits of draw t up to a per-row constant, which the softmax removes."""
+    clf = copy.deepcopy(fitted).set_params(mc_aggregation="logits")
+    log_samples = np.log(fitted.predict_proba_samples(X_TEST))
+    mean_log = log_samples.mean(-1)
+    expected = np.exp(mean_log - mean_log.max(1, keepdims=True))
+    expected /= expected.sum(1, keepdims=True)
+    proba = clf.predict_proba(X_TEST)
+    np.testing.assert_allclose(proba, expected, rtol=1e-9, atol=1e-12)
+    assert np.abs(proba - fitted.predict_proba(X_TEST)).max() > 1e-6  # not the "probs" rule
+
+
+def test_float32_fit_and_prediction(fitted):
+    clf = KEPSVGPClassifier(**{**SMALL, "dtype": "float32"}).fit(X, Y)
+    assert all(p.dtype == torch.float32 for p in clf.module_.parameters())
+    assert np.all(np.isfinite(clf.objective_history_))
+    proba = clf.predict_proba(X_TEST)
+    assert proba.dtype == np.float64
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-12)
+    # the float64 fit's network evaluated in float32 with the same draws
+    single = copy.deepcopy(fitted)
+    single.module_.float()
+    single.dtype_ = "float32"
+    np.testing.assert_allclose(single.predict_proba(X_TEST), fitted.predict_proba(X_TEST),
+                               atol=1e-4)
+
+
+def test_non_finite_loss_stops_training_with_advice(fitted):
+    nan = torch.full((2, 10), float("nan"), dtype=torch.float64)
+    zero = torch.zeros((), dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="non-finite.*smaller lr"):
+        fitted.net_.get_loss((nan, zero, zero), torch.tensor([0, 1]))
+
+
+@pytest.mark.gpu
+def test_cuda_fits_agree_with_cpu():
+    """Without KEP layers (and dropout) training has no noise, so CPU and CUDA fits agree to
+    round-off; a KEP fit on CUDA predicts with CPU-generated draws, so its network gives the
+    same probabilities when moved to the CPU, and it pickles with identical predictions."""
+    base = {**SMALL, "kep_layers": 0}
+    cpu = KEPSVGPClassifier(**base).fit(X, Y)
+    gpu = KEPSVGPClassifier(**base, device="cuda").fit(X, Y)
+    np.testing.assert_allclose(gpu.predict_proba(X_TEST), cpu.predict_proba(X_TEST),
+                               rtol=1e-6, atol=1e-9)
+    kep = KEPSVGPClassifier(**SMALL, device="cuda").fit(X, Y)
+    assert kep.device_.startswith("cuda")
+    proba = kep.predict_proba(X_TEST)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(kep)).predict_proba(X_TEST), proba)
+    moved = copy.deepcopy(kep)
+    moved.module_.to("cpu")
+    moved.device_ = "cpu"
+    np.testing.assert_allclose(moved.predict_proba(X_TEST), proba, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("n_rows,batch_size,max_iter", [(20, 20, 1), (20, 10, 1), (200, 20, 2)])
+def test_short_runs_train(n_rows, batch_size, max_iter):
+    """One to 20 optimiser steps: the one-cycle schedule needs a warm-up of at least one step
+    (5% of 20 steps is exactly one, which once divided by zero), and one step has no cycle."""
+    clf = KEPSVGPClassifier(**{**SMALL, "batch_size": batch_size, "max_iter": max_iter})
+    clf.fit(X[:n_rows], Y[:n_rows])
+    assert clf.n_iter_ == max_iter and np.all(np.isfinite(clf.objective_history_))

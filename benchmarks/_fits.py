@@ -1,10 +1,11 @@
-"""Shared pieces of the deep Q-EP benchmarks ``benchmarks/qep_*.py``.
+"""Shared pieces of the benchmarks that fit several models per seed in one process
+(``benchmarks/qep_*.py``, ``benchmarks/kepsvgp_digits.py``).
 
 Import it right AFTER ``_common`` (which must stay the first import of every benchmark
 script: it pins the threads before numpy is loaded)::
 
     import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
-    import _qep_common as Q
+    import _fits as F
 
 The scripts fit several models per seed in one process and keep one record (a dict) per
 fit, with ``"error"`` (None or the error text) and ``"warnings"`` (see
@@ -119,4 +120,4 @@ def write_outputs(args, payload, keys, rows, prefix=(), extra=()):
 
 
 if __name__ == "__main__":
-    print("benchmarks/_qep_common.py: helpers of the qep_*.py benchmarks (nothing to run).")
+    print("benchmarks/_fits.py: helpers of the in-process fit benchmarks (nothing to run).")
