@@ -20,13 +20,15 @@ from torch import nn
 
 from ..linalg import inverse_softplus, positive_tril, positive_tril_raw
 
-__all__ = ["KEPAttention", "cosine_features", "ksvd_loss", "ksvd_objective", "svgp_kl"]
+__all__ = ["KEPAttention", "cosine_features", "ksvd_objective", "svgp_kl"]
 
 _FEATURE_EPS = 1e-12
 
 
 def cosine_features(x, eps=_FEATURE_EPS):
-    """``x / ||x||`` along the last axis (guarded against zero rows)."""
+    """``x / max(||x||, eps)`` along the last axis: the feature maps ``phi_q``, ``phi_k`` of
+    the cosine attention kernel (the layer applies them through the scores, see
+    :meth:`KEPAttention.forward`)."""
     return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
 
 
@@ -53,12 +55,6 @@ def ksvd_objective(E, R, W_e, W_r, lam):
     inv = 1.0 / lam.unsqueeze(-2)
     quadratic = 0.5 * ((E * E * inv).sum((-2, -1)) + (R * R * inv).sum((-2, -1)))
     return quadratic - (W_e * W_r).sum((-2, -1))
-
-
-def ksvd_loss(E, R, W_e, W_r, lam):
-    """``mean_{b,h} (J_bh / N)^2``: the regulariser, normalised by the token count so that
-    its weight does not scale with ``N`` (the zero at an exact SVD is kept)."""
-    return (ksvd_objective(E, R, W_e, W_r, lam) / E.shape[-2]).pow(2).mean()
 
 
 def svgp_kl(mean, tril, lam=None):
@@ -122,7 +118,8 @@ class KEPAttention(nn.Module):
         if projection == "data":
             n_sub = min(n_tokens, s * rank_multiplier)
             index = torch.floor(torch.linspace(0, n_tokens - 1, n_sub)).long()
-            self.register_buffer("token_index", index, persistent=False)
+            self.register_buffer("token_index", None if n_sub == n_tokens else index,
+                                 persistent=False)
             self.theta_e = nn.Parameter(self._orthogonal((h, n_sub, s), generator))
             self.theta_r = nn.Parameter(self._orthogonal((h, n_sub, s), generator))
         else:
@@ -169,25 +166,22 @@ class KEPAttention(nn.Module):
         lam = None if self.whiten else self.singular_values
         return svgp_kl(self.variational_mean, self.variational_tril(), lam)
 
-    def projections(self, Z):
-        """Cosine features and primal weights: ``phi_q, phi_k`` (B, h, N, d_h) and
-        ``W_e, W_r`` (B or 1, h, d_h, s)."""
-        B, N, C = Z.shape
-        h = self.n_heads
-        qk = self.query_key(Z).view(B, N, 2, h, C // h).permute(2, 0, 3, 1, 4)
-        phi_q, phi_k = cosine_features(qk[0]), cosine_features(qk[1])
-        if self.projection == "data":
-            Z_sub = Z[:, self.token_index].view(B, -1, h, C // h).transpose(1, 2)
-            W_e = Z_sub.transpose(-1, -2) @ self.theta_e
-            W_r = Z_sub.transpose(-1, -2) @ self.theta_r
-        else:
-            W_e, W_r = self.weight_e.unsqueeze(0), self.weight_r.unsqueeze(0)
-        return phi_q, phi_k, W_e, W_r
+    def primal_weights(self, Z):
+        """``W_e, W_r`` of shape (B or 1, h, d_h, s): ``Z_sub^T Theta`` per head from the
+        sub-sampled tokens (data projections) or the static parameters."""
+        if self.projection == "static":
+            return self.weight_e.unsqueeze(0), self.weight_r.unsqueeze(0)
+        B, _, C = Z.shape
+        Z_sub = Z if self.token_index is None else Z.index_select(1, self.token_index)
+        theta = torch.cat([self.theta_e, self.theta_r], dim=-1)  # one contraction for both
+        W = torch.einsum("bnhd,hns->bhds", Z_sub.view(B, -1, self.n_heads, C // self.n_heads),
+                         theta)
+        return W[..., :self.rank], W[..., self.rank:]
 
     def inducing_draws(self, eps):
         """``u_[d] = m_[d] + L_[d] eps_[d]`` (whitened: ``u~``) for ``eps`` (..., h, s_d, s)."""
-        tril = self.variational_tril()
-        return self.variational_mean + (tril @ eps.unsqueeze(-1)).squeeze(-1)
+        return self.variational_mean + torch.einsum(
+            "hdij,...hdj->...hdi", self.variational_tril(), eps)
 
     def forward(self, Z, eps=None):
         """Layer output (B, N, C), the KL term and the KSVD loss.
@@ -195,30 +189,65 @@ class KEPAttention(nn.Module):
         ``eps`` (broadcastable to (B, h, s, s)) are the standard normal draws of the
         inducing variables; None draws one per example from torch's global generator
         (training).  Prediction passes draws of shape (h, s, s) shared by every example.
+
+        Every head is computed at once, in the token-major layout of ``Z``, as products
+        with block-diagonal (over heads) matrices: small per-head products would cost far
+        more than their arithmetic on a CPU.  The cosine normalisation is applied to the
+        scores ``q W_e`` rather than to ``q``, which is the same thing.
         """
         B, N, C = Z.shape
-        phi_q, phi_k, W_e, W_r = self.projections(Z)
-        E, R = phi_q @ W_e, phi_k @ W_r  # (B, h, N, s)
+        h, s = self.n_heads, self.rank
+        q, k = self.query_key(Z).split(C, dim=-1)
+        W_e, W_r = self.primal_weights(Z)
+        E = _cosine_scores(q, W_e, h)  # (B, N, h s): E = phi_q W_e, head-major columns
+        R = _cosine_scores(k, W_r, h)
         lam = self.singular_values
         if eps is None:
-            eps = torch.randn(B, self.n_heads, self.rank, self.rank, dtype=Z.dtype,
-                              device=Z.device)
+            eps = torch.randn(B, h, s, s, dtype=Z.dtype, device=Z.device)
         U = self.inducing_draws(eps)  # (B or 1, h, s_d, s)
         if not self.whiten:
             U = U / lam.unsqueeze(-2)  # Lambda^{-1} u
+        # per head, u shared by both branches, then the shared Linear(s, d_h):
+        # F W_out^T = E (U^T W_out^T); the (s x d_h) products as one block-diagonal matrix
+        mixing = _block_diagonal(torch.einsum("...hji,cj->...hic", U, self.output.weight))
+        bias = self.output.bias.repeat(h)
         if self.merge == "add":
-            F_out = (E + R) @ U.transpose(-1, -2)  # (B, h, N, s_d); u shared by both branches
-            O = self.output(F_out)
+            out = (E + R) @ mixing + bias
         else:
-            F_out = torch.cat([E, R], dim=-2) @ U.transpose(-1, -2)  # (B, h, 2N, s_d)
-            O = self.output(F_out).transpose(-1, -2)  # (B, h, d_h, 2N)
+            both = torch.cat([E, R], dim=1) @ mixing + bias  # (B, 2N, C): tokens concatenated
             if self.concat_rank is None:
-                O = self.token_mix(O)
+                out = self.token_mix.weight @ both + self.token_mix.bias[:, None]
             else:
-                O = (O @ self.token_mix_b) @ self.token_mix_a.T + self.token_mix_bias
-            O = O.transpose(-1, -2)
-        out = O.transpose(1, 2).reshape(B, N, C)
-        return out, self.kl_divergence(), ksvd_loss(E, R, W_e, W_r, lam)
+                out = (self.token_mix_a @ (self.token_mix_b.T @ both)
+                       + self.token_mix_bias[:, None])
+        # J of Eq. 11 per example and head (ksvd_objective in this layout), then mean (J/N)^2
+        quadratic = ((E * E + R * R).sum(1) / lam.reshape(-1)).view(B, h, s).sum(-1)
+        J = 0.5 * quadratic - (W_e * W_r).sum((-2, -1))
+        return out, self.kl_divergence(), (J / N).pow(2).mean()
+
+
+def _block_diagonal(blocks):
+    """(..., h, a, b) -> (..., h a, h b), the blocks on the diagonal (written into a
+    diagonal view: far cheaper than masking on a CPU)."""
+    *batch, h, a, b = blocks.shape
+    out = blocks.new_zeros(*batch, h, a, h, b)
+    out.diagonal(dim1=-4, dim2=-2).copy_(blocks.movedim(-3, -1))
+    return out.reshape(*batch, h * a, h * b)
+
+
+def _head_indicator(h, width, like):
+    """(h, h width): row i is one on the columns of head i."""
+    return torch.eye(h, dtype=like.dtype, device=like.device).repeat_interleave(width, dim=1)
+
+
+def _cosine_scores(x, W, h, eps=_FEATURE_EPS):
+    """``cosine_features(x_head) @ W_head`` for every head: x (B, N, C), W (B or 1, h, d_h, s)
+    -> (B, N, h s).  The row norms of each head come from products with head indicators,
+    and scale the scores instead of the features (both are linear in the row)."""
+    C, s = x.shape[-1], W.shape[-1]
+    squared_norm = (x * x) @ _head_indicator(h, C // h, x).T  # (B, N, h)
+    inverse_norm = torch.rsqrt(squared_norm.clamp_min(eps * eps))
+    return (x @ _block_diagonal(W)) * (inverse_norm @ _head_indicator(h, s, x))
 
 
 def posterior_moments(E, lam, mean, tril):

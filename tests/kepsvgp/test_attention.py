@@ -89,25 +89,77 @@ def test_posterior_moments_and_sampler():
     assert float((empirical - cov).norm() / cov.norm()) < 1e-2
 
 
-def _layer(merge, projection, whiten, concat_rank=None, seed=0):
+def _layer(merge, projection, whiten, concat_rank=None, seed=0, rank_multiplier=1):
     torch.manual_seed(0)  # nn.Linear initialisation (test-only)
     layer = KEPAttention(12, 3, 4, 7, projection=projection, merge=merge, whiten=whiten,
-                         concat_rank=concat_rank, rank_multiplier=1,
+                         concat_rank=concat_rank, rank_multiplier=rank_multiplier,
                          generator=torch.Generator().manual_seed(seed))
     return layer.double()
 
 
+def _reference_forward(layer, Z, eps):
+    """The layer of spec Sec. 2 written per head, as the equations read: cosine features,
+    ``E = phi_q W_e``, ``R = phi_k W_r``, ``u = m + L eps``, the merge, ``W_out``, the token
+    mixing of the concatenation, ``J`` of Eq. 11 and the KL of Eq. 21."""
+    B, N, C = Z.shape
+    h, s = layer.n_heads, layer.rank
+    qk = layer.query_key(Z).view(B, N, 2, h, C // h).permute(2, 0, 3, 1, 4)
+    phi_q, phi_k = cosine_features(qk[0]), cosine_features(qk[1])  # (B, h, N, d_h)
+    if layer.projection == "data":
+        index = torch.arange(N) if layer.token_index is None else layer.token_index
+        Z_sub = Z[:, index].view(B, -1, h, C // h).transpose(1, 2)  # (B, h, N', d_h)
+        W_e, W_r = Z_sub.transpose(-1, -2) @ layer.theta_e, Z_sub.transpose(-1, -2) @ layer.theta_r
+    else:
+        W_e, W_r = layer.weight_e, layer.weight_r
+    E, R = phi_q @ W_e, phi_k @ W_r  # (B, h, N, s)
+    lam = layer.log_singular_values.exp()
+    tril = layer.variational_tril()
+    U = layer.variational_mean + (tril @ eps.unsqueeze(-1)).squeeze(-1)  # (B, h, s_d, s)
+    if not layer.whiten:
+        U = U / lam.unsqueeze(-2)
+    if layer.merge == "add":
+        O = ((E + R) @ U.transpose(-1, -2)) @ layer.output.weight.T + layer.output.bias
+    else:
+        O = (torch.cat([E, R], dim=-2) @ U.transpose(-1, -2)) @ layer.output.weight.T
+        O = O + layer.output.bias  # (B, h, 2N, d_h)
+        if layer.concat_rank is None:
+            mix, mix_bias = layer.token_mix.weight, layer.token_mix.bias
+        else:
+            mix, mix_bias = layer.token_mix_a @ layer.token_mix_b.T, layer.token_mix_bias
+        O = mix @ O + mix_bias[:, None]  # (B, h, N, d_h)
+    out = O.transpose(1, 2).reshape(B, N, C)
+    J = (0.5 * (E.pow(2) / lam.unsqueeze(-2)).sum((-2, -1))
+         + 0.5 * (R.pow(2) / lam.unsqueeze(-2)).sum((-2, -1))
+         - torch.einsum("...ds,...ds->...", W_e, W_r))  # (B, h)
+    kl = 0.0
+    for head in range(h):
+        prior = MultivariateNormal(torch.zeros(s, dtype=DT), torch.diag(lam[head] ** 2))
+        for d in range(s):
+            mean_d, scale = layer.variational_mean[head, d], tril[head, d]
+            if layer.whiten:  # u = Lambda u~: N(Lambda m~, Lambda S~ Lambda) against N(0, Lambda^2)
+                mean_d, scale = lam[head] * mean_d, lam[head, :, None] * scale
+            kl = kl + kl_divergence(MultivariateNormal(mean_d, scale_tril=scale), prior)
+    return out, kl, (J / N).pow(2).mean()
+
+
 @pytest.mark.parametrize("merge,concat_rank", [("add", None), ("concat", None), ("concat", 2)])
-@pytest.mark.parametrize("projection", ["data", "static"])
-def test_shapes_and_losses(merge, concat_rank, projection):
-    layer = _layer(merge, projection, True, concat_rank)
+@pytest.mark.parametrize("projection,whiten,rank_multiplier",
+                         [("data", True, 1), ("data", False, 10), ("static", True, 1)])
+def test_layer_matches_the_equations_and_autograd(merge, concat_rank, projection, whiten,
+                                                  rank_multiplier):
+    """Output, KL and KSVD against the per-head reference; gradients against central
+    differences (data projections with sub-sampled and with all tokens)."""
+    layer = _layer(merge, projection, whiten, concat_rank, rank_multiplier=rank_multiplier)
+    if projection == "data":
+        assert (layer.token_index is None) == (rank_multiplier == 10)
     Z = torch.randn(3, 7, 12, generator=torch.Generator().manual_seed(5), dtype=DT)
     eps = torch.randn(3, 3, 4, 4, generator=torch.Generator().manual_seed(6), dtype=DT)
     out, kl, ksvd = layer(Z, eps)
     assert out.shape == (3, 7, 12) and kl.shape == () and ksvd.shape == ()
     assert torch.isfinite(kl) and torch.isfinite(ksvd) and float(kl.detach()) >= 0
-    phi_q, phi_k, W_e, W_r = layer.projections(Z)
-    assert (phi_q @ W_e).shape == (3, 3, 7, 4)
+    reference = _reference_forward(layer, Z, eps)
+    for ours, expected in zip((out, kl, ksvd), reference):
+        torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-13)
 
     out, kl, ksvd = layer(Z, eps)
     total = out.pow(2).sum() + kl + ksvd
@@ -125,7 +177,7 @@ def test_shapes_and_losses(merge, concat_rank, projection):
             f_plus = plus[0].pow(2).sum() + plus[1] + plus[2]
             f_minus = minus[0].pow(2).sum() + minus[1] + minus[2]
             numeric = float((f_plus - f_minus).detach()) / 2e-6
-            assert numeric == pytest.approx(float(g.view(-1)[index]), rel=1e-5, abs=1e-7), name
+            assert numeric == pytest.approx(float(g.reshape(-1)[index]), rel=1e-5, abs=1e-7), name
 
 
 @pytest.mark.parametrize("merge", ["add", "concat"])
