@@ -29,7 +29,9 @@ from sklearn.datasets import load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 
 from skgpx.kepsvgp import KEPSVGPClassifier  # noqa: E402
-from skgpx.metrics import aurc, expected_calibration_error, uncertainty_report  # noqa: E402
+from skgpx.metrics import (  # noqa: E402
+    aurc, expected_calibration_error, reliability_curve, risk_coverage_curve, uncertainty_report,
+)
 
 N_BINS = 15
 MODELS = {"KEP-SVGP (concat)": 1, "softmax (MSP)": 0}  # name -> kep_layers
@@ -74,61 +76,8 @@ def digits_fits(epochs, dtype="float32"):
     return X_test, y_test, fits
 
 
-def reliability_bins(y_true, y_prob, n_bins=N_BINS):
-    """Per-bin accuracy, mean confidence and count of the top-label predictions.
-
-    The bins are those of :func:`skgpx.metrics.expected_calibration_error`:
-    ``(0, 1/B], ..., ((B-1)/B, 1]``; ``y_true`` holds column indices of ``y_prob``.
-
-    Returns
-    -------
-    accuracy, confidence : ndarray of shape (n_bins,)
-        NaN in empty bins.
-    counts : ndarray of shape (n_bins,)
-    """
-    y_prob = np.asarray(y_prob, dtype=np.float64)
-    confidence = y_prob.max(axis=1)
-    correct = (y_prob.argmax(axis=1) == np.asarray(y_true)).astype(np.float64)
-    bins = np.clip(np.ceil(confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
-    counts = np.bincount(bins, minlength=n_bins).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = np.bincount(bins, weights=correct, minlength=n_bins) / counts
-        mean_confidence = np.bincount(bins, weights=confidence, minlength=n_bins) / counts
-    return accuracy, mean_confidence, counts
-
-
-def risk_coverage(y_true, y_prob):
-    """Selective risk against coverage, rows accepted by decreasing confidence.
-
-    Rows with tied confidence are accepted together, their errors spread evenly over the
-    group, so the curve does not depend on the row order; its mean is
-    :func:`skgpx.metrics.aurc`.
-
-    Returns
-    -------
-    coverage, risk : ndarray of shape (n_samples,)
-        ``coverage[k-1] = k / n`` and ``risk[k-1]`` the error rate among the ``k`` most
-        confident rows.
-    """
-    y_prob = np.asarray(y_prob, dtype=np.float64)
-    confidence = y_prob.max(axis=1)
-    errors = (y_prob.argmax(axis=1) != np.asarray(y_true)).astype(np.float64)
-    order = np.argsort(-confidence, kind="stable")
-    confidence, errors = confidence[order], errors[order]
-    n = len(errors)
-    # group of equal confidences: its start, size and errors; spread the errors linearly
-    _, start, size = np.unique(-confidence, return_index=True, return_counts=True)
-    group = np.repeat(np.arange(len(start)), size)
-    group_errors = np.add.reduceat(errors, start)
-    before = np.concatenate([[0.0], np.cumsum(group_errors)[:-1]])
-    position = np.arange(n) - start[group] + 1
-    cumulative = before[group] + group_errors[group] * position / size[group]
-    k = np.arange(1, n + 1)
-    return k / n, cumulative / k
-
-
 def _reliability_panel(ax, y_true, y_prob, name, color, n_bins=N_BINS):
-    accuracy, confidence, counts = reliability_bins(y_true, y_prob, n_bins)
+    accuracy, confidence, counts = reliability_curve(y_true, y_prob, n_bins=n_bins)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     width = 1.0 / n_bins
     filled = counts > 0
@@ -170,7 +119,7 @@ def plot_calibration(y_true, probas, path, n_bins=N_BINS):
         _reliability_panel(axes[i], y_true, y_prob, name, f"C{i}", n_bins)
     ax = axes[-1]
     for i, (name, y_prob) in enumerate(probas.items()):
-        coverage, risk = risk_coverage(y_true, y_prob)
+        coverage, risk = risk_coverage_curve(y_true, y_prob)
         ax.plot(coverage, risk, f"C{i}", label=f"{name} (AURC {aurc(y_true, y_prob):.4f})")
     ax.set(xlim=(0, 1), ylim=(0, None), xlabel="coverage", ylabel="selective risk (error rate)",
            title="risk-coverage")

@@ -32,6 +32,8 @@ __all__ = [
     "negative_log_likelihood",
     "ood_aupr",
     "ood_auroc",
+    "reliability_curve",
+    "risk_coverage_curve",
     "uncertainty_report",
 ]
 
@@ -83,22 +85,40 @@ def _both_outcomes(correct, what):
         )
 
 
-def expected_calibration_error(y_true, y_prob, *, n_bins=15, labels=None):
-    """Top-label expected calibration error with ``n_bins`` equal-width bins.
+def reliability_curve(y_true, y_prob, *, n_bins=15, labels=None):
+    """Per-bin accuracy, mean confidence and count of the top-label predictions: the
+    reliability diagram behind :func:`expected_calibration_error`.
 
-    Bins are left-open and right-closed, ``(0, 1/B], ..., ((B-1)/B, 1]``, and
-    ``ECE = sum_b (|B_b| / n) |mean_b(z) - mean_b(c)|``.
+    Bins are left-open and right-closed, ``(0, 1/B], ..., ((B-1)/B, 1]``.
+
+    Returns
+    -------
+    accuracy, confidence : ndarray of shape (n_bins,)
+        NaN in empty bins.
+    counts : ndarray of shape (n_bins,)
     """
     if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins={n_bins!r} must be a positive integer.")
     confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
     bins = np.clip(np.ceil(confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
-    n = len(confidence)
-    total = 0.0
-    for b in np.unique(bins):
-        members = bins == b
-        total += members.sum() / n * abs(correct[members].mean() - confidence[members].mean())
-    return float(total)
+    counts = np.bincount(bins, minlength=n_bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(bins, weights=correct, minlength=n_bins) / counts
+        mean_confidence = np.bincount(bins, weights=confidence, minlength=n_bins) / counts
+    return accuracy, mean_confidence, counts
+
+
+def expected_calibration_error(y_true, y_prob, *, n_bins=15, labels=None):
+    """Top-label expected calibration error with ``n_bins`` equal-width bins.
+
+    Bins are left-open and right-closed, ``(0, 1/B], ..., ((B-1)/B, 1]``, and
+    ``ECE = sum_b (|B_b| / n) |mean_b(z) - mean_b(c)|`` (see :func:`reliability_curve`).
+    """
+    accuracy, confidence, counts = reliability_curve(y_true, y_prob, n_bins=n_bins,
+                                                     labels=labels)
+    filled = counts > 0
+    return float(np.sum(counts[filled] * np.abs(accuracy[filled] - confidence[filled]))
+                 / counts.sum())
 
 
 def negative_log_likelihood(y_true, y_prob, *, labels=None):
@@ -119,25 +139,35 @@ def brier_score(y_true, y_prob, *, labels=None):
 
 
 def _risk_curve(confidence, correct):
-    """Selective risk after accepting the ``i`` most confident rows, ``i = 1..n``.
+    """Selective risk after accepting the ``k`` most confident rows, ``k = 1..n``.
 
     Within a group of tied confidences the group's errors are spread evenly, so the
     curve does not depend on the input order (with distinct confidences it is the
     usual sorted cumulative error rate)."""
     order = np.argsort(-confidence, kind="stable")
-    c, errors = confidence[order], 1.0 - correct[order]
-    n = len(c)
-    cumulative = np.empty(n)
-    start, before = 0, 0.0
-    while start < n:
-        stop = start + 1
-        while stop < n and c[stop] == c[start]:
-            stop += 1
-        size, group_errors = stop - start, errors[start:stop].sum()
-        cumulative[start:stop] = before + group_errors * np.arange(1, size + 1) / size
-        before += group_errors
-        start = stop
-    return cumulative / np.arange(1, n + 1)
+    confidence, errors = confidence[order], 1.0 - correct[order]
+    _, start, size = np.unique(-confidence, return_index=True, return_counts=True)
+    group = np.repeat(np.arange(len(start)), size)
+    group_errors = np.add.reduceat(errors, start)
+    before = np.concatenate([[0.0], np.cumsum(group_errors)[:-1]])
+    position = np.arange(len(errors)) - start[group] + 1
+    cumulative = before[group] + group_errors[group] * position / size[group]
+    return cumulative / np.arange(1, len(errors) + 1)
+
+
+def risk_coverage_curve(y_true, y_prob, *, labels=None):
+    """Selective risk against coverage, rows accepted by decreasing confidence; ties are
+    accepted together, their errors spread evenly (the curve's mean is :func:`aurc`).
+
+    Returns
+    -------
+    coverage, risk : ndarray of shape (n_samples,)
+        ``coverage[k-1] = k / n`` and ``risk[k-1]`` the error rate among the ``k`` most
+        confident rows.
+    """
+    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
+    n = len(confidence)
+    return np.arange(1, n + 1) / n, _risk_curve(confidence, correct)
 
 
 def aurc(y_true, y_prob, *, labels=None):

@@ -67,6 +67,16 @@ def test_ece_bins_are_right_closed():
     assert metrics.expected_calibration_error(y, prob) == pytest.approx(expected, abs=1e-12)
 
 
+def test_reliability_curve_hand_example():
+    prob = np.array([[0.95, 0.05], [0.95, 0.05], [0.55, 0.45], [0.55, 0.45], [0.6, 0.4]])
+    y = np.array([0, 1, 0, 0, 1])
+    accuracy, confidence, counts = metrics.reliability_curve(y, prob, n_bins=15)
+    assert counts.sum() == 5 and counts[14] == 2 and counts[8] == 3
+    assert accuracy[14] == 0.5 and accuracy[8] == pytest.approx(2 / 3)
+    assert confidence[8] == pytest.approx((0.55 + 0.55 + 0.6) / 3)
+    assert np.isnan(accuracy[0]) and np.isnan(confidence[0])
+
+
 def _reference_aurc(confidence, correct):
     order = np.argsort(-confidence)
     errors = np.cumsum(1 - correct[order])
@@ -92,6 +102,23 @@ def test_aurc_is_permutation_invariant_with_ties():
     correct = (prob.argmax(axis=1) == y).astype(float)
     refs = [_reference_aurc(conf[p], correct[p]) for p in (rng.permutation(60) for _ in range(5))]
     assert max(refs) - min(refs) > 1e-6
+
+
+def test_risk_coverage_curve():
+    y, prob = _random_predictions(120, 4, seed=5)
+    coverage, risk = metrics.risk_coverage_curve(y, prob)
+    np.testing.assert_allclose(coverage, np.arange(1, 121) / 120)
+    order = np.argsort(-prob.max(axis=1))
+    wrong = (prob.argmax(axis=1) != y)[order]
+    np.testing.assert_allclose(risk, np.cumsum(wrong) / np.arange(1, 121), rtol=1e-12)
+    assert risk.mean() == pytest.approx(metrics.aurc(y, prob), rel=1e-12)
+    # ties: at the end of a tied group the risk is the exact error rate, whatever the order
+    conf = np.repeat([0.9, 0.7, 0.6], [3, 4, 5])
+    prob = np.stack([conf, 1 - conf], axis=1)
+    y = np.array([1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1])
+    _, risk = metrics.risk_coverage_curve(y, prob)
+    np.testing.assert_allclose(risk[[2, 6, 11]], [1 / 3, 3 / 7, 4 / 12])
+    np.testing.assert_allclose(risk[:3], [1 / 3, 1 / 3, 1 / 3])  # errors spread evenly
 
 
 def test_aurc_of_a_perfect_ranking_and_e_aurc():
