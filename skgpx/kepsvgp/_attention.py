@@ -197,7 +197,10 @@ class KEPAttention(nn.Module):
         """
         B, N, C = Z.shape
         h, s = self.n_heads, self.rank
-        q, k = self.query_key(Z).split(C, dim=-1)
+        # two products with the halves of the weight rather than one split afterwards: q and
+        # k stay contiguous, and the backward adds no concatenation
+        weight = self.query_key.weight
+        q, k = Z @ weight[:C].T, Z @ weight[C:].T
         W_e, W_r = self.primal_weights(Z)
         E = _cosine_scores(q, W_e, h)  # (B, N, h s): E = phi_q W_e, head-major columns
         R = _cosine_scores(k, W_r, h)
