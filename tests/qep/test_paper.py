@@ -23,6 +23,12 @@ SERIES_SETTINGS = dict(hidden_dims=(3,), n_inducing=64, lr=0.05, max_iter=1000, 
 
 @pytest.mark.parametrize("q", [1.0, 2.0])
 def test_step_turn_series_fit(q):
+    """Median over three seeds, not the mean: at q = 1 about one fit in ten ends in a worse
+    local optimum (higher final loss, R^2 about 0.71, MAE 0.16), and which seed does depends
+    on floating-point details. Seed 2 did under MKL's reproducible mode (MKL_CBWR=AUTO,STRICT),
+    not without it; seeds 0-9 in that mode gave R^2 0.95-0.98 apart from it. A mean over three
+    seeds then fails about one run in four on some platform; a wrong model (constant or
+    over-smoothed fit) fails the median as it failed the mean."""
     X_test = np.linspace(0.0, 1.0, 50)[:, None]
     truth = make_step_turn_series(n_samples=50, random_state=0)[2]
     mae, r2 = [], []
@@ -32,8 +38,8 @@ def test_step_turn_series_fit(q):
         prediction = model.predict(X_test)
         mae.append(np.abs(prediction - truth).mean())
         r2.append(r2_score(truth, prediction))
-    assert np.mean(mae) <= 0.10, mae
-    assert np.mean(r2) >= 0.90, r2
+    assert np.median(mae) <= 0.10, mae
+    assert np.median(r2) >= 0.90, r2
 
 
 def test_annular_rhombus_grid_accuracy():
