@@ -8,6 +8,7 @@ imported in this module only, so that a scikit-learn change is fixed in one plac
 import contextlib
 import copy
 import dataclasses
+import numbers
 import re
 import sys
 import warnings
@@ -15,6 +16,7 @@ import warnings
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils._param_validation import (  # noqa: F401  (re-exported)
     HasMethods,
     Interval,
@@ -79,6 +81,28 @@ def resolve_dtype(dtype):
         raise ValueError(
             f"dtype={dtype!r} is not supported; use 'float64' or 'float32'."
         ) from None
+
+
+def check_n_samples(n_samples, minimum=1):
+    """The number of posterior draws asked for, as an int; ValueError if it is not an
+    integer (bools excluded) of at least ``minimum``."""
+    if (not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool)
+            or n_samples < minimum):
+        raise ValueError(f"n_samples={n_samples!r} must be an integer >= {minimum}.")
+    return int(n_samples)
+
+
+def encode_classes(estimator, y):
+    """``classes_`` (sorted) and the int64 code of each label, for a classifier's fit;
+    ValueError for a regression target or a single class."""
+    check_classification_targets(y)
+    classes, codes = np.unique(y, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"{type(estimator).__name__} needs at least 2 classes; y has 1 class: "
+            f"{classes[0].item()!r}."
+        )
+    return classes, codes.astype(np.int64)
 
 
 def draw_seed(random_state):

@@ -10,6 +10,8 @@ ACC, AUROC, FPR95, ECE and Brier in %, AURC x 1e3 and NLL x 10:
 :func:`uncertainty_report` with ``paper_scale=True`` applies those factors.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from scipy.special import xlogy
 from sklearn.metrics import (
@@ -73,9 +75,20 @@ def _check(y_true, y_prob, labels=None):
     return order[position], y_prob
 
 
-def _confidence_correct(y_true, y_prob, labels):
+class _Checked(NamedTuple):
+    """Validated predictions: class index of each row, probabilities, confidence ``c`` and
+    correctness ``z`` (float 0/1); every metric is a function of these."""
+
+    index: np.ndarray
+    prob: np.ndarray
+    confidence: np.ndarray
+    correct: np.ndarray
+
+
+def _checked(y_true, y_prob, labels):
     index, prob = _check(y_true, y_prob, labels)
-    return prob.max(axis=1), (prob.argmax(axis=1) == index).astype(np.float64), index, prob
+    correct = (prob.argmax(axis=1) == index).astype(np.float64)
+    return _Checked(index, prob, prob.max(axis=1), correct)
 
 
 def _both_outcomes(correct, what):
@@ -83,6 +96,38 @@ def _both_outcomes(correct, what):
         raise ValueError(
             f"{what} is undefined when all or none of the predictions are correct."
         )
+
+
+def _check_bins(n_bins):
+    if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins={n_bins!r} must be a positive integer.")
+
+
+def _reliability(p, n_bins):
+    bins = np.clip(np.ceil(p.confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
+    counts = np.bincount(bins, minlength=n_bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(bins, weights=p.correct, minlength=n_bins) / counts
+        mean_confidence = np.bincount(bins, weights=p.confidence, minlength=n_bins) / counts
+    return accuracy, mean_confidence, counts
+
+
+def _ece(p, n_bins):
+    accuracy, confidence, counts = _reliability(p, n_bins)
+    filled = counts > 0
+    return float(np.sum(counts[filled] * np.abs(accuracy[filled] - confidence[filled]))
+                 / counts.sum())
+
+
+def _nll(p):
+    picked = np.clip(p.prob[np.arange(len(p.index)), p.index], 1e-12, 1.0)
+    return float(-np.mean(np.log(picked)))
+
+
+def _brier(p):
+    onehot = np.zeros_like(p.prob)
+    onehot[np.arange(len(p.index)), p.index] = 1.0
+    return float(np.mean(np.sum((p.prob - onehot) ** 2, axis=1)))
 
 
 def reliability_curve(y_true, y_prob, *, n_bins=15, labels=None):
@@ -97,15 +142,8 @@ def reliability_curve(y_true, y_prob, *, n_bins=15, labels=None):
         NaN in empty bins.
     counts : ndarray of shape (n_bins,)
     """
-    if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ValueError(f"n_bins={n_bins!r} must be a positive integer.")
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    bins = np.clip(np.ceil(confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
-    counts = np.bincount(bins, minlength=n_bins).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = np.bincount(bins, weights=correct, minlength=n_bins) / counts
-        mean_confidence = np.bincount(bins, weights=confidence, minlength=n_bins) / counts
-    return accuracy, mean_confidence, counts
+    _check_bins(n_bins)
+    return _reliability(_checked(y_true, y_prob, labels), n_bins)
 
 
 def expected_calibration_error(y_true, y_prob, *, n_bins=15, labels=None):
@@ -114,28 +152,20 @@ def expected_calibration_error(y_true, y_prob, *, n_bins=15, labels=None):
     Bins are left-open and right-closed, ``(0, 1/B], ..., ((B-1)/B, 1]``, and
     ``ECE = sum_b (|B_b| / n) |mean_b(z) - mean_b(c)|`` (see :func:`reliability_curve`).
     """
-    accuracy, confidence, counts = reliability_curve(y_true, y_prob, n_bins=n_bins,
-                                                     labels=labels)
-    filled = counts > 0
-    return float(np.sum(counts[filled] * np.abs(accuracy[filled] - confidence[filled]))
-                 / counts.sum())
+    _check_bins(n_bins)
+    return _ece(_checked(y_true, y_prob, labels), n_bins)
 
 
 def negative_log_likelihood(y_true, y_prob, *, labels=None):
     """``-(1/n) sum_i log p_{i, y_i}`` with probabilities clipped to ``[1e-12, 1]``
     (scikit-learn's ``log_loss``)."""
-    index, prob = _check(y_true, y_prob, labels)
-    picked = np.clip(prob[np.arange(len(index)), index], 1e-12, 1.0)
-    return float(-np.mean(np.log(picked)))
+    return _nll(_checked(y_true, y_prob, labels))
 
 
 def brier_score(y_true, y_prob, *, labels=None):
     """``(1/n) sum_i sum_k (p_ik - 1[y_i = k])^2``, in ``[0, 2]`` (for two classes twice
     scikit-learn's default ``brier_score_loss``)."""
-    index, prob = _check(y_true, y_prob, labels)
-    onehot = np.zeros_like(prob)
-    onehot[np.arange(len(index)), index] = 1.0
-    return float(np.mean(np.sum((prob - onehot) ** 2, axis=1)))
+    return _brier(_checked(y_true, y_prob, labels))
 
 
 def _risk_curve(confidence, correct):
@@ -155,6 +185,24 @@ def _risk_curve(confidence, correct):
     return cumulative / np.arange(1, len(errors) + 1)
 
 
+def _aurc_e_aurc(p):
+    """AURC and E-AURC from one risk curve."""
+    area = float(_risk_curve(p.confidence, p.correct).mean())
+    r = 1.0 - p.correct.mean()
+    return area, area - float(r + xlogy(1.0 - r, 1.0 - r))
+
+
+def _misclassification_auroc(p):
+    _both_outcomes(p.correct, "misclassification_auroc")
+    return float(roc_auc_score(p.correct, p.confidence))
+
+
+def _fpr_at_95_tpr(p):
+    _both_outcomes(p.correct, "fpr_at_95_tpr")
+    fpr, tpr, _ = roc_curve(p.correct, p.confidence)
+    return float(fpr[np.argmin(np.abs(tpr - 0.95))])
+
+
 def risk_coverage_curve(y_true, y_prob, *, labels=None):
     """Selective risk against coverage, rows accepted by decreasing confidence; ties are
     accepted together, their errors spread evenly (the curve's mean is :func:`aurc`).
@@ -165,25 +213,21 @@ def risk_coverage_curve(y_true, y_prob, *, labels=None):
         ``coverage[k-1] = k / n`` and ``risk[k-1]`` the error rate among the ``k`` most
         confident rows.
     """
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    n = len(confidence)
-    return np.arange(1, n + 1) / n, _risk_curve(confidence, correct)
+    p = _checked(y_true, y_prob, labels)
+    n = len(p.confidence)
+    return np.arange(1, n + 1) / n, _risk_curve(p.confidence, p.correct)
 
 
 def aurc(y_true, y_prob, *, labels=None):
     """Area under the risk-coverage curve: ``(1/n) sum_i risk_i`` with rows accepted in
     order of decreasing confidence (lower is better)."""
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    return float(_risk_curve(confidence, correct).mean())
+    return _aurc_e_aurc(_checked(y_true, y_prob, labels))[0]
 
 
 def e_aurc(y_true, y_prob, *, labels=None):
     """Excess AURC: ``AURC - (r + (1 - r) ln(1 - r))``, ``r`` the error rate; the AURC of a
     perfect confidence ranking is subtracted (0 when ``r = 0``)."""
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    r = 1.0 - correct.mean()
-    optimal = r + xlogy(1.0 - r, 1.0 - r)
-    return float(_risk_curve(confidence, correct).mean() - optimal)
+    return _aurc_e_aurc(_checked(y_true, y_prob, labels))[1]
 
 
 def misclassification_auroc(y_true, y_prob, *, labels=None):
@@ -194,9 +238,7 @@ def misclassification_auroc(y_true, y_prob, *, labels=None):
     ValueError
         When all or none of the predictions are correct.
     """
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    _both_outcomes(correct, "misclassification_auroc")
-    return float(roc_auc_score(correct, confidence))
+    return _misclassification_auroc(_checked(y_true, y_prob, labels))
 
 
 def fpr_at_95_tpr(y_true, y_prob, *, labels=None):
@@ -208,17 +250,14 @@ def fpr_at_95_tpr(y_true, y_prob, *, labels=None):
     ValueError
         When all or none of the predictions are correct.
     """
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    _both_outcomes(correct, "fpr_at_95_tpr")
-    fpr, tpr, _ = roc_curve(correct, confidence)
-    return float(fpr[np.argmin(np.abs(tpr - 0.95))])
+    return _fpr_at_95_tpr(_checked(y_true, y_prob, labels))
 
 
 def aupr_error(y_true, y_prob, *, labels=None):
     """Average precision of detecting wrong predictions (positives) by ``-c``."""
-    confidence, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    _both_outcomes(correct, "aupr_error")
-    return float(average_precision_score(1.0 - correct, -confidence))
+    p = _checked(y_true, y_prob, labels)
+    _both_outcomes(p.correct, "aupr_error")
+    return float(average_precision_score(1.0 - p.correct, -p.confidence))
 
 
 def matthews_correlation(y_true, y_prob, *, labels=None):
@@ -277,21 +316,20 @@ def uncertainty_report(y_true, y_prob, *, labels=None, n_bins=15, paper_scale=Fa
     >>> round(report["negative_log_likelihood"], 4), round(report["accuracy"], 4)
     (0.6067, 0.6667)
     """
-    _, correct, _, _ = _confidence_correct(y_true, y_prob, labels)
-    kwargs = dict(labels=labels)
+    _check_bins(n_bins)
+    p = _checked(y_true, y_prob, labels)  # validated once for every metric
+    area, excess = _aurc_e_aurc(p)
+    both = 0 < p.correct.mean() < 1
     report = {
-        "accuracy": float(correct.mean()),
-        "aurc": aurc(y_true, y_prob, **kwargs),
-        "e_aurc": e_aurc(y_true, y_prob, **kwargs),
-        "expected_calibration_error": expected_calibration_error(
-            y_true, y_prob, n_bins=n_bins, **kwargs
-        ),
-        "negative_log_likelihood": negative_log_likelihood(y_true, y_prob, **kwargs),
-        "brier_score": brier_score(y_true, y_prob, **kwargs),
+        "accuracy": float(p.correct.mean()),
+        "aurc": area,
+        "e_aurc": excess,
+        "expected_calibration_error": _ece(p, n_bins),
+        "negative_log_likelihood": _nll(p),
+        "brier_score": _brier(p),
+        "misclassification_auroc": _misclassification_auroc(p) if both else np.nan,
+        "fpr_at_95_tpr": _fpr_at_95_tpr(p) if both else np.nan,
     }
-    for name, metric in (("misclassification_auroc", misclassification_auroc),
-                         ("fpr_at_95_tpr", fpr_at_95_tpr)):
-        report[name] = metric(y_true, y_prob, **kwargs) if 0 < correct.mean() < 1 else np.nan
     if paper_scale:
         report = {name: value * _PAPER_SCALE[name] for name, value in report.items()}
     return report

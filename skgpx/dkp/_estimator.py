@@ -13,6 +13,7 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    check_n_samples,
     column_standardisation,
     cpu_generator,
     draw_seed,
@@ -577,8 +578,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
         """
         check_is_fitted(self)
-        if not isinstance(n_samples, numbers.Integral) or n_samples < 1:
-            raise ValueError(f"n_samples={n_samples!r} must be an int >= 1.")
+        n_samples = check_n_samples(n_samples)
         test = self._test_tensor(X)
         mean, cov = propagate(self._cache, test, full=True)
         noise = float(self._state.weights[-1][1])

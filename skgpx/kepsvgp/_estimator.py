@@ -5,17 +5,15 @@ import numbers
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from skorch import NeuralNet
 from skorch.callbacks import LRScheduler
 
 from .._base import (
-    Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin,
-    column_standardisation, cpu_generator, draw_seed, fenced_global_rng, to_numpy,
-    to_probabilities,
+    Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin, check_n_samples,
+    column_standardisation, cpu_generator, draw_seed, encode_classes, fenced_global_rng,
+    to_numpy, to_probabilities,
 )
 from .._skorch import EpochBar, TensorBatches
 from ._model import KEPTransformer, tokenizer_geometry
@@ -230,25 +228,19 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         """
         self._validate_params()
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
-        check_classification_targets(y)
-        encoder = LabelEncoder().fit(y)
-        if len(encoder.classes_) < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes; y has 1 class: "
-                f"{encoder.classes_[0].item()!r}."
-            )
+        classes, codes = encode_classes(self, y)
         n_tokens, details = self._check_architecture(X.shape[1])
         device, dtype = self._fit_device_dtype()
         rng = check_random_state(self.random_state)
         train_seed, self.mc_seed_ = draw_seed(rng), draw_seed(rng)
-        self.classes_ = encoder.classes_
+        self.classes_ = classes
         self._X_mean, self._X_scale = self._scaling(X)
         merge = self.merge if self.merge != "auto" else (
             "concat" if self.tokenizer == "patches" else "add")
         self.n_tokens_ = n_tokens + (self.pooling == "cls")
         self.rank_ = min(self.rank, self.n_tokens_, self.d_model // self.n_heads)
         Xt = self._as_tensor((X - self._X_mean) / self._X_scale, device, dtype)
-        yt = torch.tensor(encoder.transform(y), dtype=torch.long, device=device)
+        yt = torch.tensor(codes, device=device)
         batch_size = min(self.batch_size, X.shape[0])
         steps = self.max_iter * -(-X.shape[0] // batch_size)
         schedule = []
@@ -335,11 +327,9 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         proba : ndarray of shape (n_samples_X, n_classes, n_samples)
         """
         check_is_fitted(self)
-        n = self.n_mc_samples if n_samples is None else n_samples
-        if not isinstance(n, numbers.Integral) or n < 1:
-            raise ValueError(f"n_samples={n_samples!r} must be a positive integer.")
+        n = check_n_samples(self.n_mc_samples if n_samples is None else n_samples)
         seed = self.mc_seed_ if random_state is None else draw_seed(random_state)
-        logits = self._logits_samples(X, int(n), seed)
+        logits = self._logits_samples(X, n, seed)
         return to_numpy(torch.softmax(logits, dim=-1).permute(1, 2, 0))
 
     def predict_proba(self, X):

@@ -17,6 +17,7 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    check_n_samples,
     column_standardisation,
     cpu_generator,
     draw_seed,
@@ -541,6 +542,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 (n_queries, n_targets, n_samples)
         """
         post, Xq, fitted = self._query(X)
+        n_samples = check_n_samples(n_samples, minimum=0)
         generator = cpu_generator(self._seed(random_state))
         n_train = post.X.shape[0] if fitted else 0
         exact = self.method == "pathwise" and (
@@ -581,6 +583,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             with :meth:`sample_y`).
         """
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
+        n_samples = check_n_samples(n_samples, minimum=0)
         post = self._posterior(self.n_features_in_)
         generator = cpu_generator(self._seed(random_state))
         with torch.no_grad():

@@ -16,6 +16,7 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    check_n_samples,
     column_standardisation,
     cpu_generator,
     draw_seed,
@@ -262,8 +263,7 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
 
     def _joint_draws(self, X, n_samples, random_state):
         """Joint latent draws (n_samples, D_L, n) at the rows of ``X``."""
-        if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) or n_samples < 0:
-            raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer.")
+        n_samples = check_n_samples(n_samples, minimum=0)
         if X.shape[0] > _MAX_JOINT_ROWS:
             raise ValueError(
                 f"sample_y draws jointly over the rows (O(n^3) per layer and unit); "

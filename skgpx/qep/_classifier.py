@@ -2,12 +2,13 @@
 
 import numbers
 
-import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 
-from .._base import Interval, ProbabilisticClassifierMixin, StrOptions, to_numpy, to_probabilities
+from .._base import (
+    Interval, ProbabilisticClassifierMixin, StrOptions, encode_classes, to_numpy,
+    to_probabilities,
+)
 from ._base_estimator import COMMON_PARAMETERS, DeepQEPBase
 from ._likelihoods import DirichletLikelihood, SoftmaxLikelihood
 from ._predict import shared_draws
@@ -168,13 +169,7 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         self._validate_params()
         self._check_hidden_dims()
         X, y = self._validate_fit_data(X, y)
-        check_classification_targets(y)
-        self.classes_, codes = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes; y has 1 class: "
-                f"{self.classes_[0].item()!r}."
-            )
+        self.classes_, codes = encode_classes(self, y)
         n_classes = len(self.classes_)
 
         def likelihood(module, dtype):
@@ -182,7 +177,7 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
                 return DirichletLikelihood(n_classes, self.q, self.alpha_epsilon, dtype=dtype)
             return SoftmaxLikelihood(self.q, module.draw_scale, self.n_likelihood_samples)
 
-        return self._fit_network(X, codes.astype(np.int64), n_classes, likelihood, True)
+        return self._fit_network(X, codes, n_classes, likelihood, True)
 
     def predict_proba(self, X):
         """Class probabilities ``mean_{s,k} softmax(mu_s + sqrt(v_s) eps_k)``.

@@ -395,6 +395,17 @@ def test_sample_functions_and_likelihood_need_a_fit():
         est.log_marginal_likelihood(est.kernel.theta)
 
 
+@pytest.mark.parametrize("n_samples", [-1, 2.5, True, "3"])
+def test_bad_draw_counts_raise_before_torch(n_samples):
+    X, y = sine_data()
+    est = _fixed().fit(X, y)
+    with pytest.raises(ValueError, match="n_samples"):
+        est.sample_y(X, n_samples)
+    with pytest.raises(ValueError, match="n_samples"):
+        est.sample_functions(n_samples)
+    assert est.sample_y(X, 0).shape == (X.shape[0], 0)  # as scikit-learn's sample_y
+
+
 def test_gradient_needs_theta():
     X, y = sine_data()
     with pytest.raises(ValueError, match=r"Gradient can only be evaluated for theta!=None"):
