@@ -18,10 +18,10 @@ B = 8, C = 64, h = 4 heads, KSVD rank s = 10, for N in {64, 256, 1024, 4096}:
   Z, shared by the d_h output dimensions of the head).  Posterior at the queries:
   mean ``K_qk K_kk^-1 v``, covariance ``K_qq - K_qk K_kk^-1 K_kq + K_qk K_kk^-1 S_u K_kk^-1 K_kq``;
   one draw per output dimension through the Cholesky factor of the FULL jittered N x N
-  posterior covariance (jitter 1e-4 I, multiplied by 10 on a failed factorisation, as the
-  authors' code does; the retries are part of the timed cost).  Loss ``out.sum() + kl``
-  with the KL of q(u) = N(v_d, S_u) from the prior N(0, K_kk), summed over heads and output
-  dimensions, averaged over the batch.  Cost: two N x N Cholesky factorisations, three
+  posterior covariance (jitter 1e-4 I, escalated tenfold by ``skgpx.linalg.jittered_cholesky``
+  when a factorisation fails, as the authors' code does; retries are part of the timed cost).
+  Loss ``out.sum() + kl`` with the KL of q(u) = N(v_d, S_u) from the prior N(0, K_kk),
+  summed over heads and output dimensions, averaged over the batch.  Cost: two N x N Cholesky factorisations, three
   N x N triangular solves and three N x N products per head, O(N^3).
 
 Protocol: everything runs in this one process, one model and one N at a time (sizes in
@@ -89,6 +89,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from skgpx.kernels import unit_stationary_kernel
+from skgpx.linalg import jittered_cholesky
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 B, WIDTH, HEADS, RANK = 8, 64, 4, 10
 FULL_SIZES = (64, 256, 1024, 4096)
@@ -110,27 +113,18 @@ GiB = 1024.0**3
 # ---------------------------------------------------------------- the SGPA layer
 
 
-def sq_exp_kernel(x, y, log_sf2, log_lengthscale):
-    """``sf2 exp(-||x - y||^2 / (2 l^2))`` between the rows of ``x`` (..., h, N, d) and ``y``
-    (..., h, M, d), with per-head ``sf2 = exp(log_sf2)`` and ``l = exp(log_lengthscale)``
-    (shape (h,)).  Returns (..., h, N, M)."""
-    scale = log_lengthscale.exp()[:, None, None]
-    xs, ys = x / scale, y / scale
-    sq = (xs.pow(2).sum(-1).unsqueeze(-1) + ys.pow(2).sum(-1).unsqueeze(-2)
-          - 2.0 * (xs @ ys.transpose(-1, -2))).clamp_min(0.0)
-    return log_sf2.exp()[:, None, None] * torch.exp(-0.5 * sq)
+def sgpa_kernel(x, y, log_sf2, log_lengthscale):
+    """Per-head squared-exponential kernel ``sf2 exp(-||x - y||^2 / (2 l^2))``: x (..., h, N, d),
+    y (..., h, M, d), per-head ``log_sf2`` and ``log_lengthscale`` (h,) -> (..., h, N, M)."""
+    return unit_stationary_kernel(x, y, log_lengthscale.exp()[:, None, None], log_sf2.exp(),
+                                  "rbf")
 
 
-def jittered_cholesky(A, jitter, tries=6):
-    """Lower Cholesky factor of ``A + jitter I``; on failure the jitter grows by 10 (as the
-    SGPA authors' code does).  Returns (factor, jitter used)."""
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    for _ in range(tries):
-        factor, info = torch.linalg.cholesky_ex(A + jitter * eye)
-        if not bool((info != 0).any()):
-            return factor, jitter
-        jitter *= 10.0
-    raise torch.linalg.LinAlgError(f"Cholesky failed up to jitter {jitter / 10.0:g}")
+def sgpa_cholesky(A, jitter):
+    """Lower Cholesky factor of ``A + jitter I``, with the library's escalation when that
+    fails (a warning names the extra jitter).  Returns (factor, jitter used)."""
+    factor, extra = jittered_cholesky(A, base_jitter=jitter, name="SGPA covariance")
+    return factor, jitter + extra
 
 
 class SGPAttention(nn.Module):
@@ -180,10 +174,10 @@ class SGPAttention(nn.Module):
         ``cov`` (B, h, N, N) (jitter not included), ``kl`` (scalar) and the pieces used."""
         q, k, v, L_S = self._split(Z)
         N, d = q.shape[-2], self.d_head
-        K_qq = sq_exp_kernel(q, q, self.log_sf2, self.log_lengthscale)
-        K_qk = sq_exp_kernel(q, k, self.log_sf2, self.log_lengthscale)
-        K_kk = sq_exp_kernel(k, k, self.log_sf2, self.log_lengthscale)
-        L_k, jitter_kk = jittered_cholesky(K_kk, self.jitter)
+        K_qq = sgpa_kernel(q, q, self.log_sf2, self.log_lengthscale)
+        K_qk = sgpa_kernel(q, k, self.log_sf2, self.log_lengthscale)
+        K_kk = sgpa_kernel(k, k, self.log_sf2, self.log_lengthscale)
+        L_k, jitter_kk = sgpa_cholesky(K_kk, self.jitter)
         V1 = torch.linalg.solve_triangular(L_k, K_qk.transpose(-1, -2), upper=False)
         V2 = torch.linalg.solve_triangular(L_k.transpose(-1, -2), V1, upper=True)  # K^-1 K_kq
         white_v = torch.linalg.solve_triangular(L_k, v, upper=False)  # L_k^-1 v
@@ -203,7 +197,7 @@ class SGPAttention(nn.Module):
         """One posterior draw per output dimension: ``(out (B, N, C), kl, None)``."""
         Bz, N, Cz = Z.shape
         post = self.posterior(Z)
-        L_post, jitter_post = jittered_cholesky(post["cov"], self.jitter)
+        L_post, jitter_post = sgpa_cholesky(post["cov"], self.jitter)
         self.last_jitter = (post["jitter_kk"], jitter_post)
         if eps is None:
             eps = torch.randn_like(post["mean"])
