@@ -21,8 +21,9 @@ B = 8, C = 64, h = 4 heads, KSVD rank s = 10, for N in {64, 256, 1024, 4096}:
   posterior covariance (jitter 1e-4 I, escalated tenfold by ``skgpx.linalg.jittered_cholesky``
   when a factorisation fails, as the authors' code does; retries are part of the timed cost).
   Loss ``out.sum() + kl`` with the KL of q(u) = N(v_d, S_u) from the prior N(0, K_kk),
-  summed over heads and output dimensions, averaged over the batch.  Cost: two N x N Cholesky factorisations, three
-  N x N triangular solves and three N x N products per head, O(N^3).
+  summed over heads and output dimensions, averaged over the batch.  Cost: two N x N
+  Cholesky factorisations, three N x N triangular solves and three N x N products per head,
+  O(N^3).
 
 Protocol: everything runs in this one process, one model and one N at a time (sizes in
 increasing order).  Each cell builds its module after ``torch.manual_seed(0)``, draws
