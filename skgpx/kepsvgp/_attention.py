@@ -52,8 +52,9 @@ def ksvd_objective(E, R, W_e, W_r, lam):
     -------
     J : Tensor of shape (...)
     """
-    inv = 1.0 / lam.unsqueeze(-2)
-    quadratic = 0.5 * ((E * E * inv).sum((-2, -1)) + (R * R * inv).sum((-2, -1)))
+    # tokens summed first: the products stay in the layout of E and R, only (..., s) is
+    # divided by lambda
+    quadratic = 0.5 * ((E * E + R * R).sum(-2) / lam).sum(-1)
     return quadratic - (W_e * W_r).sum((-2, -1))
 
 
@@ -223,9 +224,8 @@ class KEPAttention(nn.Module):
             else:
                 out = (self.token_mix_a @ (self.token_mix_b.T @ both)
                        + self.token_mix_bias[:, None])
-        # J of Eq. 11 per example and head (ksvd_objective in this layout), then mean (J/N)^2
-        quadratic = ((E * E + R * R).sum(1) / lam.reshape(-1)).view(B, h, s).sum(-1)
-        J = 0.5 * quadratic - (W_e * W_r).sum((-2, -1))
+        # J of Eq. 11 per example and head, normalised by the tokens: mean (J / N)^2
+        J = ksvd_objective(*(x.view(B, N, h, s).transpose(1, 2) for x in (E, R)), W_e, W_r, lam)
         return out, self.kl_divergence(), (J / N).pow(2).mean()
 
 
