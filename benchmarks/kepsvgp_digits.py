@@ -96,27 +96,23 @@ def make_model(key, args, seed):
         **MODELS[key][1])
 
 
+def tempered(proba, temperature):
+    """``softmax(log proba / T)``: the probabilities at temperature ``T``."""
+    from scipy.special import softmax
+
+    return softmax(np.log(np.clip(proba, 1e-300, None)) / temperature, axis=1)
+
+
 def fit_temperature(proba, y, classes):
-    """Temperature T minimising the NLL of ``softmax(log proba / T)`` on ``(proba, y)``."""
+    """Temperature T minimising the NLL of ``tempered(proba, T)`` on ``(proba, y)``."""
     from scipy.optimize import minimize_scalar
 
-    logits = np.log(np.clip(proba, 1e-300, None))
-    target = np.searchsorted(classes, y)
+    from skgpx.metrics import negative_log_likelihood
 
     def nll(log_t):
-        scaled = logits / math.exp(log_t)
-        scaled -= scaled.max(1, keepdims=True)
-        log_norm = np.log(np.exp(scaled).sum(1))
-        return float(np.mean(log_norm - scaled[np.arange(y.size), target]))
+        return negative_log_likelihood(y, tempered(proba, math.exp(log_t)), labels=classes)
 
     return math.exp(minimize_scalar(nll, bounds=(-3.0, 3.0), method="bounded").x)
-
-
-def tempered(proba, temperature):
-    logits = np.log(np.clip(proba, 1e-300, None)) / temperature
-    logits -= logits.max(1, keepdims=True)
-    out = np.exp(logits)
-    return out / out.sum(1, keepdims=True)
 
 
 class Fitted:
