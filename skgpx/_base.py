@@ -127,6 +127,18 @@ def fenced_global_rng(seed, device="cpu"):
         yield
 
 
+def standard_normal(shape, generator, dtype=torch.float64, device="cpu"):
+    """Standard normal draws of ``shape``, made in float64 where ``generator`` lives (on
+    ``device`` from the global generator when it is None), then cast and moved.
+
+    torch's normal stream differs between dtypes and devices: drawing from a CPU generator
+    in float64 is what makes float32 and CUDA runs see the same draws (rounded).
+    """
+    z = torch.randn(shape, generator=generator, dtype=torch.float64,
+                    device=generator.device if generator is not None else device)
+    return z.to(device=device, dtype=dtype)
+
+
 def cpu_generator(seed):
     """A CPU ``torch.Generator`` seeded with ``seed``.
 

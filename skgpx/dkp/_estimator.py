@@ -19,6 +19,7 @@ from .._base import (
     draw_seed,
     progress_bar,
     rows_per_chunk,
+    standard_normal,
     to_numpy,
 )
 from ..linalg import NotPositiveDefiniteError
@@ -587,9 +588,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         root = eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))
         n_targets = mean.shape[1]
         generator = cpu_generator(draw_seed(0 if random_state is None else random_state))
-        normals = torch.randn(
-            (test.shape[0], n_targets * n_samples), generator=generator, dtype=torch.float64
-        ).to(device=cov.device, dtype=cov.dtype)
+        normals = standard_normal((test.shape[0], n_targets * n_samples), generator,
+                                  cov.dtype, cov.device)
         draws = to_numpy(root @ normals).reshape(test.shape[0], n_targets, n_samples)
         draws = (to_numpy(mean)[:, :, None] + draws) * self._y_scale[None, :, None]
         draws = draws + self._y_mean[None, :, None]

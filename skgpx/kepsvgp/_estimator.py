@@ -13,7 +13,7 @@ from skorch.callbacks import LRScheduler
 from .._base import (
     Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin, check_n_samples,
     column_standardisation, cpu_generator, draw_seed, encode_classes, fenced_global_rng,
-    to_numpy, to_probabilities,
+    standard_normal, to_numpy, to_probabilities,
 )
 from .._skorch import EpochBar, TensorBatches
 from ._model import KEPTransformer, tokenizer_geometry
@@ -288,8 +288,8 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         """Standard normal draws per KEP layer, (n_samples, h, s, s), from a CPU generator."""
         generator = cpu_generator(seed)
         device, dtype = self._current_device_dtype()
-        return [torch.randn((n_samples,) + layer.variational_mean.shape, generator=generator,
-                            dtype=torch.float64).to(device=device, dtype=dtype)
+        return [standard_normal((n_samples,) + layer.variational_mean.shape, generator, dtype,
+                                device)
                 for layer in self.module_.kep_attention]
 
     def _logits_samples(self, X, n_samples, seed):

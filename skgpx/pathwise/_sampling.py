@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._base import rows_per_chunk
+from .._base import rows_per_chunk, standard_normal
 from ..linalg import cholesky_solve, jittered_cholesky
 from ._features import draw_random_features
 from ._functions import PathwiseFunctions
@@ -42,8 +42,7 @@ class Posterior:
 
     def normal(self, shape, generator):
         """Standard normal draws on the CPU generator, moved to the posterior's device."""
-        z = torch.randn(*shape, generator=generator, dtype=torch.float64)
-        return z.to(self.theta.device, self.theta.dtype)
+        return standard_normal(shape, generator, self.theta.dtype, self.theta.device)
 
 
 def _prior_at(features, W, X, n_samples, n_targets, batch_size):

@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from .._base import standard_normal
+
 __all__ = [
     "MultivariateQExponential",
     "expected_log_chi2",
@@ -72,9 +74,7 @@ def standard_univariate_draws(shape, q, *, generator=None, dtype=torch.float64, 
     ``z |z|^(2/q - 1)``, which is ``0 * inf`` at ``z = 0`` for ``q > 2``.  Scaling by a
     standard deviation gives a reparameterised draw (differentiable in location and scale).
     """
-    # drawn in float64 and cast: torch's CPU normal stream differs between dtypes, and
-    # float32 mode should see the same draws as float64, only rounded
-    z = torch.randn(shape, generator=generator, dtype=torch.float64, device=device).to(dtype)
+    z = standard_normal(shape, generator, dtype, device)
     if q == 2:
         return z
     return torch.sign(z) * z.abs() ** (2.0 / q)
@@ -174,14 +174,11 @@ class MultivariateQExponential:
         (so that ``R^q = |w|^2 ~ chi^2(N)``).
         """
         shape = torch.Size(sample_shape) + self.loc.shape
-        # drawn where the generator lives (a CPU generator gives the same numbers for a
-        # CUDA distribution), then moved
-        device = generator.device if generator is not None else self.loc.device
-        kwargs = dict(generator=generator, dtype=torch.float64, device=device)
-        z = torch.randn(shape, **kwargs).to(self.loc.dtype)
-        w = torch.randn(shape, **kwargs).to(self.loc.dtype)
+        # a CPU generator gives the same numbers for a CUDA distribution
+        z, w = (standard_normal(shape, generator, self.loc.dtype, self.loc.device)
+                for _ in range(2))
         radius = w.pow(2).sum(-1, keepdim=True).pow(1.0 / self.power)
-        base = (radius * z / z.norm(dim=-1, keepdim=True)).to(self.loc.device)
+        base = radius * z / z.norm(dim=-1, keepdim=True)
         return self.loc + (self.scale_tril @ base.unsqueeze(-1)).squeeze(-1)
 
     def sample(self, sample_shape=(), generator=None):

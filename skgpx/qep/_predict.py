@@ -19,7 +19,8 @@ def shared_draws(module, shape, generator, device):
     """Standard univariate q-exponential draws of ``shape`` from ``generator`` (CPU),
     moved to ``device``."""
     dtype = module.layers[0].inducing_points.dtype
-    return standard_univariate_draws(shape, module.q, generator=generator, dtype=dtype).to(device)
+    return standard_univariate_draws(shape, module.q, generator=generator, dtype=dtype,
+                                     device=device)
 
 
 def latent_moments(module, X, n_draws, generator):
