@@ -9,12 +9,15 @@ from sklearn.base import BaseEstimator
 
 from skgpx._base import (
     TorchEstimatorMixin,
+    check_n_samples,
     cpu_generator,
     draw_seed,
+    encode_classes,
     progress_bar,
     resolve_device,
     resolve_dtype,
     rows_per_chunk,
+    standard_normal,
     to_numpy,
 )
 
@@ -120,3 +123,30 @@ def test_move_to_device_leaves_the_live_module_in_place():
     assert torch.equal(moved.weight, module.weight)
     moved.weight.data.add_(1.0)
     assert not torch.equal(moved.weight, module.weight)
+
+
+def test_check_n_samples():
+    assert check_n_samples(np.int64(3)) == 3 and check_n_samples(0, minimum=0) == 0
+    for bad in (0, -1, 2.0, True, "2", None):
+        with pytest.raises(ValueError, match="n_samples"):
+            check_n_samples(bad)
+
+
+def test_encode_classes():
+    classes, codes = encode_classes(_Toy(), np.array(["b", "a", "b", "c"]))
+    np.testing.assert_array_equal(classes, ["a", "b", "c"])
+    np.testing.assert_array_equal(codes, [1, 0, 1, 2])
+    assert codes.dtype == np.int64
+    with pytest.raises(ValueError, match="_Toy needs at least 2 classes"):
+        encode_classes(_Toy(), np.zeros(4))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        encode_classes(_Toy(), np.linspace(0, 1, 5))
+
+
+def test_standard_normal_is_the_float64_stream_in_every_dtype():
+    z64 = standard_normal((8, 4), cpu_generator(4))
+    z32 = standard_normal((8, 4), cpu_generator(4), dtype=torch.float32)
+    assert z64.dtype == torch.float64 and z32.dtype == torch.float32
+    torch.testing.assert_close(z32, z64.float(), rtol=0, atol=0)
+    # not torch's own float32 stream, which differs from 16 values on (vectorised sampler)
+    assert not torch.equal(z32, torch.randn((8, 4), generator=cpu_generator(4)))
