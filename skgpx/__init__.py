@@ -1,6 +1,7 @@
 """skgpx: scikit-learn estimators for Gaussian-process-family methods, on PyTorch."""
 
 from .dkp import DeepKernelProcessRegressor
+from .drd import SmoothDRDRegressor
 from .kepsvgp import KEPSVGPClassifier
 from .pathwise import PathwiseFunctions, PathwiseGPSampler
 from .qep import DeepQEPClassifier, DeepQEPRegressor
@@ -14,5 +15,6 @@ __all__ = [
     "KEPSVGPClassifier",
     "PathwiseFunctions",
     "PathwiseGPSampler",
+    "SmoothDRDRegressor",
     "__version__",
 ]

@@ -20,6 +20,7 @@ __all__ = [
     "inverse_softplus",
     "jittered_cholesky",
     "logdet_from_cholesky",
+    "matheron_update",
     "positive_tril",
     "positive_tril_raw",
     "solve_care",
@@ -140,6 +141,29 @@ def positive_tril_raw(factor):
 def cholesky_solve(factor, rhs):
     """Solve ``(L L^T) X = rhs`` given the lower Cholesky factor ``L``."""
     return torch.cholesky_solve(rhs, factor, upper=False)
+
+
+def matheron_update(factor, targets, prior_at_data, noise):
+    """Weights of Matheron's rule: ``v = (K + Sigma)^{-1} (y - f(X) - eps)``.
+
+    A prior draw ``f`` (with noise draw ``eps ~ N(0, Sigma)``) becomes a posterior draw
+    ``f(.) + k(., X) v`` (Wilson et al., 2020, seed ``003_43e369e2eb54eb53.txt`` eq. 5, 8);
+    with ``f = Z a0`` for weights ``a0 ~ N(0, I)`` the update is ``a0 + Z^T v``.
+
+    Parameters
+    ----------
+    factor : Tensor of shape (n, n)
+        Lower Cholesky factor of ``K + Sigma`` at the data.
+    targets, prior_at_data, noise : Tensor
+        ``y``, ``f(X)`` and ``eps``, broadcastable to one shape ``(n, ...)``.
+
+    Returns
+    -------
+    Tensor of the broadcast shape ``(n, ...)``
+    """
+    residual = targets - prior_at_data - noise
+    flat = residual.reshape(residual.shape[0], -1)
+    return cholesky_solve(factor, flat).reshape(residual.shape)
 
 
 def solve_lower(factor, rhs):

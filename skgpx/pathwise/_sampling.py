@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .._base import rows_per_chunk, standard_normal
-from ..linalg import cholesky_solve, jittered_cholesky
+from ..linalg import cholesky_solve, jittered_cholesky, matheron_update
 from ._features import draw_random_features
 from ._functions import PathwiseFunctions
 
@@ -100,8 +100,7 @@ def draw_functions(post, n_samples, generator, *, n_features, feature_map, share
         eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
         if method == "pathwise":
             f_X = _prior_at(features, W, post.X, S, T, batch_size)
-            residual = (post.Y[:, None, :] - f_X - eps).reshape(n, S * T)
-            update = cholesky_solve(post.L, residual).reshape(n, S, T)
+            update = matheron_update(post.L, post.Y[:, None, :], f_X, eps)
             centers = post.X
         else:
             W = _weight_space(features, W, eps, post)
@@ -129,8 +128,7 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
         return post.y_mean + post.y_std * f
     n = post.X.shape[0]
     eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
-    residual = (post.Y[:, None, :] - f[:n] - eps).reshape(n, S * T)
-    V = cholesky_solve(post.L, residual)
+    V = matheron_update(post.L, post.Y[:, None, :], f[:n], eps).reshape(n, S * T)
     cross = post.kernel(Xq, post.X, part="signal")
     return post.y_mean + post.y_std * (f[n:] + (cross @ V).reshape(-1, S, T))
 

@@ -1,0 +1,37 @@
+"""Simulated data sets used in the tests, examples and benchmarks.
+
+The regression generators ``make_sine_1d``, ``make_gap_1d``, ``make_matern_2d`` and
+``make_dkp_toy`` return ``(X, y)`` as float64 numpy arrays, with ``X`` of shape
+``(n_samples, n_features)`` and ``y`` of shape ``(n_samples,)``: a smooth function of ``X`` plus
+independent Gaussian noise of variance ``noise_variance``.
+
+The two data sets of the deep Q-EP paper (Chang et al., "Deep Q-Exponential Processes",
+``/work/shared/seeds/001_fa5885c0f1d7844f.txt``, Sec. 5) are the exceptions:
+``make_step_turn_series`` returns a two-output series ``(X, y, y_true)`` and
+``make_annular_rhombus`` returns three-class labels ``(X, y)`` with ``y`` of dtype int64.
+
+``corrupt_digits`` corrupts scikit-learn's 8 x 8 digits (a proxy for CIFAR-10-C in the
+KEP-SVGP benchmarks).
+
+``make_smooth_sparse_regression`` draws the linear-regression problems of the smooth
+dependent relevance determination benchmarks (coefficients on a 1-D or 2-D grid that are
+sparse, smooth or both) and returns a :class:`~sklearn.utils.Bunch` with a test set.
+"""
+
+from ._digits import DIGIT_CORRUPTIONS, corrupt_digits
+from ._qep import make_annular_rhombus, make_step_turn_series, rhombus_labels
+from ._regression import make_dkp_toy, make_gap_1d, make_matern_2d, make_sine_1d
+from ._smooth_sparse import make_smooth_sparse_regression
+
+__all__ = [
+    "make_sine_1d",
+    "make_gap_1d",
+    "make_matern_2d",
+    "make_dkp_toy",
+    "make_step_turn_series",
+    "make_annular_rhombus",
+    "rhombus_labels",
+    "corrupt_digits",
+    "DIGIT_CORRUPTIONS",
+    "make_smooth_sparse_regression",
+]

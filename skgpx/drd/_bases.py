@@ -1,0 +1,237 @@
+"""Factors of the squared-exponential priors on a grid, dense or Fourier, one axis at a time.
+
+Both priors of sDRD are unit-variance squared-exponential (SE) correlations on the feature
+grid: ``K`` for the log-variance latent ``u`` (length ``l``) and ``K_f`` for the smoothness of
+the coefficients (length ``l_f``).  On a grid they are separable, ``K = K_1 (x) K_2``, so
+everything here acts on one axis and a :class:`GridFactor` chains the axes:
+
+* :class:`DenseAxis`: ``F = chol(K_a + 1e-6 I)``, ``N_a x N_a``, exact up to the jitter.
+* :class:`FourierAxis`: the circulant approximation on the axis padded to ``M_a`` points,
+  ``F = B^T diag(sqrt(c(omega)))`` with ``B`` the real orthonormal Fourier basis restricted to
+  the ``N_a`` real positions and ``c`` the SE spectral density
+
+  .. math:: c(\\omega) = \\sqrt{2\\pi}\\, l\\, e^{-\\omega^2 l^2 / 2},\\quad
+            \\omega_k = 2\\pi k / M_a,
+
+  keeping only the frequencies ``k <= k_max`` (seed ``004_19f5cb558dea90cd.txt`` App. A, spec
+  ``smooth_drd.md`` Sec. 7.1).  Products go through ``torch.fft.rfft`` / ``irfft``; no basis
+  matrix is formed for them.
+
+In both cases ``F F^T`` is the axis correlation, and a factor maps positions to coefficients
+(``forward``: ``F^T x``) and back (``adjoint``: ``F c``).
+"""
+
+import math
+
+import torch
+
+from ..linalg import jittered_cholesky
+
+DENSE_JITTER = 1e-6
+
+
+def se_correlation(n_points, length_scale, dtype, device):
+    """The ``n x n`` SE correlation ``exp(-(i - j)^2 / (2 l^2))`` of grid indices."""
+    t = torch.arange(n_points, dtype=dtype, device=device)
+    return torch.exp(-0.5 * ((t[:, None] - t[None, :]) / length_scale) ** 2)
+
+
+def se_spectral_density(omega, length_scale):
+    """``sqrt(2 pi) l exp(-omega^2 l^2 / 2)``: the spectrum of a unit-variance SE kernel."""
+    return math.sqrt(2 * math.pi) * length_scale * torch.exp(-0.5 * (omega * length_scale) ** 2)
+
+
+def kept_frequency_count(n_circle, length_scale, threshold):
+    """Largest ``k`` with ``c(2 pi k / M) / c(0) > 1 / threshold`` (capped at ``M // 2``)."""
+    omega_max = math.sqrt(2.0 * math.log(threshold)) / length_scale
+    return int(min(math.floor(omega_max * n_circle / (2 * math.pi) - 1e-12), n_circle // 2))
+
+
+def _along(x, axis, fn):
+    """Apply ``fn`` (acting on the last dimension) to dimension ``axis`` of ``x``."""
+    return fn(x.movedim(axis, -1)).movedim(-1, axis)
+
+
+class DenseAxis:
+    """``F = chol(SE(l) + 1e-6 I)`` on ``n_points`` grid positions."""
+
+    kind = "dense"
+
+    def __init__(self, n_points):
+        self.n_points = n_points
+        self.rank = n_points
+
+    def matrix(self, length_scale, dtype, device):
+        K = se_correlation(self.n_points, length_scale, dtype, device)
+        factor, _ = jittered_cholesky(K, base_jitter=DENSE_JITTER, name="SE prior correlation",
+                                      advice="use basis='fourier'")
+        return factor
+
+    def bind(self, length_scale, dtype, device):
+        return _BoundDense(self.matrix(length_scale, dtype, device))
+
+
+class _BoundDense:
+    def __init__(self, F):
+        self.F, self.rank = F, F.shape[1]
+
+    def forward(self, x, axis):
+        return _along(x, axis, lambda v: v @ self.F)
+
+    def adjoint(self, c, axis):
+        return _along(c, axis, lambda v: v @ self.F.T)
+
+    def matrix(self):
+        return self.F
+
+    def solve(self, x, axis):
+        """``F^{-1} x`` along ``axis`` (whitening of the dense u-prior)."""
+        return _along(x, axis, lambda v: torch.linalg.solve_triangular(
+            self.F, v.unsqueeze(-1), upper=False).squeeze(-1))
+
+
+class FourierAxis:
+    """Real Fourier factor of an SE correlation on ``n_points`` positions padded to
+    ``n_circle``, keeping the frequencies ``0..k_max``.
+
+    The coefficient layout is ``[cos_0, ..., cos_kmax, sin_1, ..., sin_ks]`` with
+    ``ks = min(k_max, (M - 1) // 2)`` (a Nyquist frequency has no sine).
+    """
+
+    kind = "fourier"
+
+    def __init__(self, n_points, n_circle, k_max):
+        self.n_points, self.n_circle, self.k_max = n_points, n_circle, k_max
+        self.n_sin = min(k_max, (n_circle - 1) // 2)
+        self.rank = k_max + 1 + self.n_sin
+
+    def frequencies(self, dtype, device):
+        k = torch.arange(self.k_max + 1, dtype=dtype, device=device)
+        omega = 2 * math.pi * k / self.n_circle
+        return torch.cat([omega, omega[1:1 + self.n_sin]])
+
+    def _cos_weights(self, dtype, device):
+        # sqrt(2/M) for interior frequencies, 1/sqrt(M) for k = 0 and the Nyquist k = M/2
+        M = self.n_circle
+        w = torch.full((self.k_max + 1,), math.sqrt(2.0 / M), dtype=dtype, device=device)
+        w[0] = 1.0 / math.sqrt(M)
+        if M % 2 == 0 and self.k_max == M // 2:
+            w[-1] = 1.0 / math.sqrt(M)
+        return w
+
+    def transform(self, x):
+        """Real orthonormal Fourier coefficients (kept ones) of ``x`` on its last dim."""
+        X = torch.fft.rfft(x, n=self.n_circle)[..., : self.k_max + 1]
+        w = self._cos_weights(x.dtype, x.device)
+        sin = -math.sqrt(2.0 / self.n_circle) * X.imag[..., 1:1 + self.n_sin]
+        return torch.cat([w * X.real, sin], dim=-1)
+
+    def synthesise(self, c):
+        """Positions (the first ``n_points``) of the real Fourier series with coefficients
+        ``c`` on its last dim: the adjoint of :meth:`transform`."""
+        M, K = self.n_circle, self.k_max + 1
+        w = self._cos_weights(c.dtype, c.device)
+        # irfft(Y)[t] = (Y_0 + 2 sum_k Re(Y_k e^{i w_k t}) + Y_{M/2} (-1)^t) / M
+        half = torch.full_like(w, M / 2.0)
+        half[0] = M
+        if M % 2 == 0 and self.k_max == M // 2:
+            half[-1] = M
+        real = half * w * c[..., :K]
+        imag = torch.zeros_like(real)
+        imag[..., 1:1 + self.n_sin] = -(M / 2.0) * math.sqrt(2.0 / M) * c[..., K:]
+        spectrum = torch.complex(real, imag)
+        return torch.fft.irfft(spectrum, n=M)[..., : self.n_points]
+
+    def scales(self, length_scale, dtype, device):
+        """``sqrt(c(omega_k))`` for each kept coefficient."""
+        return se_spectral_density(self.frequencies(dtype, device), length_scale).sqrt()
+
+    def basis(self, dtype, device):
+        """The kept real basis restricted to the positions, ``B^T``: (n_points, rank)."""
+        return self.synthesise(torch.eye(self.rank, dtype=dtype, device=device)).T
+
+    def bind(self, length_scale, dtype, device):
+        return _BoundFourier(self, self.scales(length_scale, dtype, device))
+
+
+class _BoundFourier:
+    def __init__(self, axis, scales):
+        self.axis, self.scales, self.rank = axis, scales, axis.rank
+
+    def forward(self, x, axis):
+        return _along(x, axis, lambda v: self.scales * self.axis.transform(v))
+
+    def adjoint(self, c, axis):
+        return _along(c, axis, lambda v: self.axis.synthesise(self.scales * v))
+
+    def matrix(self):
+        return self.axis.basis(self.scales.dtype, self.scales.device) * self.scales
+
+
+class GridFactor:
+    """A separable factor ``F = F_1 (x) ... (x) F_d`` on a grid of ``shape``.
+
+    ``bound`` holds one bound axis factor per grid axis.  Arrays of positions have the grid
+    as their trailing dimensions, coefficient arrays the axis ranks.
+    """
+
+    def __init__(self, bound, shape):
+        self.bound, self.shape = bound, tuple(shape)
+        self.ranks = tuple(b.rank for b in bound)
+        self.rank = math.prod(self.ranks)
+
+    def forward(self, x):
+        """``x F`` for rows ``x`` of shape (..., p): (..., rank)."""
+        lead = x.shape[:-1]
+        x = x.reshape(*lead, *self.shape)
+        d = len(self.shape)
+        for a, b in enumerate(self.bound):
+            x = b.forward(x, x.dim() - d + a)
+        return x.reshape(*lead, self.rank)
+
+    def adjoint(self, c):
+        """``c F^T`` for coefficient rows ``c`` of shape (..., rank): (..., p)."""
+        lead = c.shape[:-1]
+        c = c.reshape(*lead, *self.ranks)
+        d = len(self.shape)
+        for a, b in enumerate(self.bound):
+            c = b.adjoint(c, c.dim() - d + a)
+        return c.reshape(*lead, math.prod(self.shape))
+
+    def rows(self, index):
+        """Explicit rows ``F[index]`` (a Kronecker product of axis rows): (len(index), rank)."""
+        out = None
+        for a, i in enumerate(self._axis_indices(index)):
+            rows = self.bound[a].matrix()[i]
+            out = rows if out is None else (out[:, :, None] * rows[:, None, :]).reshape(
+                len(index), -1)
+        return out
+
+    def gram(self, index):
+        """``(F F^T)[index][:, index]``: the correlation among the positions ``index``."""
+        out = None
+        for a, i in enumerate(self._axis_indices(index)):
+            M = self.bound[a].matrix()
+            block = (M @ M.T)[i][:, i]
+            out = block if out is None else out * block
+        return out
+
+    def gram_diagonal(self):
+        """``diag(F F^T)`` over all positions: (p,)."""
+        out = None
+        for b in self.bound:
+            d = (b.matrix() ** 2).sum(1)
+            out = d if out is None else (out[:, None] * d[None, :]).reshape(-1)
+        return out
+
+    def _axis_indices(self, index):
+        return torch.unravel_index(index, self.shape)
+
+    def solve(self, x):
+        """``F^{-1} x`` for rows ``x`` (..., p); dense factors only."""
+        lead = x.shape[:-1]
+        x = x.reshape(*lead, *self.shape)
+        d = len(self.shape)
+        for a, b in enumerate(self.bound):
+            x = b.solve(x, x.dim() - d + a)
+        return x.reshape(*lead, -1)

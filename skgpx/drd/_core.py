@@ -1,0 +1,172 @@
+"""The maths of sDRD at a fixed latent ``u``: evidence, posterior, curvature, Laplace terms.
+
+Given ``u`` the model is Bayesian linear regression with a unit prior on whitened
+coefficients ``a``: ``y = Z a + e``, ``Z = X D G`` (n x m), ``D = diag(sqrt(g(u)))``,
+``G G^T = K_f``, ``e ~ N(0, s2 I)`` (spec ``smooth_drd.md`` Sec. 1-2).  Pure torch, no sklearn.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..linalg import cholesky_solve, logdet_from_cholesky, matheron_update, solve_lower
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+def _chol(matrix, what):
+    factor, info = torch.linalg.cholesky_ex(matrix)
+    if bool(info.any()):
+        from ..linalg import NotPositiveDefiniteError
+
+        raise NotPositiveDefiniteError(
+            f"The {what} is not positive definite; increase noise_floor or use float64.")
+    return factor
+
+
+def _with_diagonal(matrix, value):
+    return matrix + value * torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
+
+
+def log_evidence_dual(Z, y, noise_var):
+    """``log N(y | 0, Z Z^T + s2 I)`` through the n x n Cholesky factor (seed Eq. 2)."""
+    L = _chol(_with_diagonal(Z @ Z.T, noise_var), "evidence covariance Z Z^T + s2 I")
+    alpha = solve_lower(L, y[:, None])[:, 0]
+    return -0.5 * alpha @ alpha - 0.5 * logdet_from_cholesky(L) - 0.5 * len(y) * _LOG_2PI
+
+
+def log_evidence_primal(Z, y, noise_var):
+    """The same value through the m x m ``S = Z^T Z + s2 I`` (corrected seed Eq. 8)::
+
+        -1/2 log|S| + y^T Z S^-1 Z^T y / (2 s2) - y^T y / (2 s2) - (n - m)/2 log s2 - n/2 log 2 pi
+
+    The seed's Eq. 8 lacks ``-(n - m)/2 log s2`` and the constant (spec Sec. 10, E2).
+    """
+    n, m = Z.shape
+    L = _chol(_with_diagonal(Z.T @ Z, noise_var), "posterior precision Z^T Z + s2 I")
+    beta = solve_lower(L, (Z.T @ y)[:, None])[:, 0]
+    return (-0.5 * logdet_from_cholesky(L) + 0.5 * (beta @ beta - y @ y) / noise_var
+            - 0.5 * (n - m) * torch.log(noise_var) - 0.5 * n * _LOG_2PI)
+
+
+def log_evidence(Z, y, noise_var):
+    """``log p(y | u, theta)``, by the dual form when ``n <= m``, else the primal form."""
+    n, m = Z.shape
+    return (log_evidence_dual if n <= m else log_evidence_primal)(Z, y, noise_var)
+
+
+@dataclass
+class Conditional:
+    """Gaussian conditioning of ``a ~ N(0, I_m)`` on ``y = Z a + e``: the posterior of Sec. 5,
+
+    ``mu_a = Z^T S_n^-1 y = S^-1 Z^T y``,  ``Sigma_a = I - Z^T S_n^-1 Z = s2 S^-1``,
+
+    computed in the dual form (``S_n = Z Z^T + s2 I``, n x n) when ``n <= m`` and the
+    primal form (``S = Z^T Z + s2 I``, m x m) otherwise.  Build it with :meth:`condition`.
+    """
+
+    Z: torch.Tensor
+    y: torch.Tensor
+    noise_var: torch.Tensor
+    dual: bool
+    L: torch.Tensor  # Cholesky factor of S_n (dual) or S (primal)
+    mean: torch.Tensor
+
+    @classmethod
+    def condition(cls, Z, y, noise_var):
+        n, m = Z.shape
+        if n <= m:
+            L = _chol(_with_diagonal(Z @ Z.T, noise_var), "evidence covariance")
+            return cls(Z, y, noise_var, True, L, Z.T @ cholesky_solve(L, y[:, None])[:, 0])
+        L = _chol(_with_diagonal(Z.T @ Z, noise_var), "posterior precision")
+        return cls(Z, y, noise_var, False, L, cholesky_solve(L, (Z.T @ y)[:, None])[:, 0])
+
+    def whitened_rows(self, Zq):
+        """Rows ``R`` with ``Zq Sigma_a Zq^T = Zq Zq^T - R R^T`` (dual) or ``= s2 R R^T``
+        (primal); used for variances and covariances."""
+        if self.dual:
+            return solve_lower(self.L, self.Z @ Zq.T).T
+        return solve_lower(self.L, Zq.T).T
+
+    def variance(self, Zq):
+        """``diag(Zq Sigma_a Zq^T)``: (nq,)."""
+        R = self.whitened_rows(Zq)
+        if self.dual:
+            return (Zq**2).sum(1) - (R**2).sum(1)
+        return self.noise_var * (R**2).sum(1)
+
+    def covariance(self):
+        """``Sigma_a``: (m, m)."""
+        if self.dual:
+            R = solve_lower(self.L, self.Z)
+            return _with_diagonal(-(R.T @ R), 1.0)
+        return self.noise_var * torch.cholesky_inverse(self.L)
+
+    def solve_evidence(self, R):
+        """``S_n^-1 R`` for ``R`` of shape (n, k), in either form (push-through identity
+        ``S_n^-1 = (I - Z S^-1 Z^T) / s2`` for the primal one)."""
+        if self.dual:
+            return cholesky_solve(self.L, R)
+        return (R - self.Z @ cholesky_solve(self.L, self.Z.T @ R)) / self.noise_var
+
+    def draw(self, prior_draws, noise_draws):
+        """Posterior draws of ``a`` from prior draws ``a0`` (m, S) and unit noise (n, S).
+
+        Dual form: Matheron's rule (seed ``003_43e369e2eb54eb53.txt``),
+        ``a = a0 + Z^T S_n^-1 (y - Z a0 - e)``.  Primal form: ``mu_a + sqrt(s2) L^-T a0``.
+        """
+        if self.dual:
+            noise = noise_draws * self.noise_var.sqrt()
+            weights = matheron_update(self.L, self.y[:, None], self.Z @ prior_draws, noise)
+            return prior_draws + self.Z.T @ weights
+        shift = torch.linalg.solve_triangular(self.L.T, prior_draws, upper=True)
+        return self.mean[:, None] + self.noise_var.sqrt() * shift
+
+
+def link(u, name):
+    """The prior variance ``g(u)``: ``exp`` or ``softplus``."""
+    return torch.exp(u) if name == "exp" else torch.nn.functional.softplus(u)
+
+
+def link_log_slope(u, name):
+    """``s = g'(u) / g(u)``: 1 for ``exp``, ``sigmoid(u) / softplus(u)`` for ``softplus``."""
+    if name == "exp":
+        return torch.ones_like(u)
+    return torch.sigmoid(u) / torch.nn.functional.softplus(u)
+
+
+def fisher_curvature(cond, X_A, C_AA, slope_A):
+    """Fisher information of ``u`` on the positions ``A`` (spec Sec. 4)::
+
+        W_F = 1/4 (s s^T) o [ (C A) o (C A)^T + A o (C A C) ],   A = X_A^T S_n^-1 X_A,
+
+    with ``C = C_sf[A, A]`` and ``s = g'/g``.  It equals ``1/2 tr(S_n^-1 dS_n/du_i
+    S_n^-1 dS_n/du_j)`` and is positive semi-definite.  Cost ``O(n p'^2)``.
+    """
+    Q = X_A @ C_AA  # rows of X C; C A = Q^T S^-1 X, C A C = Q^T S^-1 Q
+    SX = cond.solve_evidence(X_A)
+    A = X_A.T @ SX
+    CA = Q.T @ SX
+    CAC = Q.T @ cond.solve_evidence(Q)
+    W = 0.25 * (CA * CA.T + A * CAC)
+    return slope_A[:, None] * W * slope_A[None, :]
+
+
+def laplace_logdet(Phi_A, W):
+    """``log|I_r + Phi_A^T W Phi_A|`` and its Cholesky factor, by the smaller side.
+
+    With ``r > p'`` it is ``log|I + L_A^T W L_A|`` with ``L_A L_A^T = Phi_A Phi_A^T`` (the
+    u-prior covariance on ``A``), by Sylvester's identity.  Raises ``NotPositiveDefiniteError``
+    if the matrix is not positive definite (an indefinite exact Hessian away from the mode).
+    """
+    p, r = Phi_A.shape
+    if r <= p:
+        H = _with_diagonal(Phi_A.T @ W @ Phi_A, 1.0)
+    else:
+        K_A = Phi_A @ Phi_A.T
+        L_A = _chol(_with_diagonal(K_A, 1e-12 * float(K_A.diagonal().detach().mean())),
+                    "u-prior covariance on the support")
+        H = _with_diagonal(L_A.T @ W @ L_A, 1.0)
+    L_H = _chol(0.5 * (H + H.T), "Laplace Hessian I + Phi^T W Phi")
+    return logdet_from_cholesky(L_H), L_H
