@@ -10,19 +10,35 @@ from dataclasses import dataclass
 
 import torch
 
-from ..linalg import cholesky_solve, logdet_from_cholesky, matheron_update, solve_lower
+from ..linalg import (
+    NotPositiveDefiniteError,
+    cholesky_solve,
+    logdet_from_cholesky,
+    matheron_update,
+    solve_lower,
+    try_cholesky,
+)
 
 _LOG_2PI = math.log(2 * math.pi)
 
 
 def _chol(matrix, what):
-    factor, info = torch.linalg.cholesky_ex(matrix)
-    if bool(info.any()):
-        from ..linalg import NotPositiveDefiniteError
+    """Cholesky factor of a matrix that is positive definite in exact arithmetic.
 
-        raise NotPositiveDefiniteError(
-            f"The {what} is not positive definite; increase noise_floor or use float64.")
-    return factor
+    Extreme trial points of the optimisers (prior variances of 1e14) can lose definiteness
+    to rounding; a jitter from 1e-12 up to 1e-6 of the mean diagonal is then added, which
+    only changes the objective where it is already far from its optimum.
+    """
+    factor = try_cholesky(matrix)
+    if factor is not None:
+        return factor
+    scale = float(matrix.detach().diagonal(dim1=-2, dim2=-1).mean().abs()) or 1.0
+    for jitter in (1e-12, 1e-10, 1e-8, 1e-6):
+        factor = try_cholesky(matrix, jitter * scale)
+        if factor is not None:
+            return factor
+    raise NotPositiveDefiniteError(
+        f"The {what} is not positive definite; increase noise_floor or use float64.")
 
 
 def _with_diagonal(matrix, value):

@@ -18,6 +18,9 @@ from ._bases import DenseAxis, FourierAxis, GridFactor, kept_frequency_count
 from ._core import Conditional, fisher_curvature, laplace_logdet, link, link_log_slope, log_evidence
 
 _PARAMS = ("rho", "l", "lf", "noise")
+# L-BFGS stopping rules, on objectives divided by n (per-sample scale)
+_GRAD_TOL, _CHANGE_TOL = 1e-6, 1e-10
+_FAILED = 1e30  # objective value of a trial point where the evidence cannot be evaluated
 
 
 @dataclass
@@ -151,14 +154,23 @@ class Solver:
         b = self.state.b
         v = v0.detach().clone().requires_grad_(True)
         opt = torch.optim.LBFGS([v], lr=1.0, max_iter=self.config.u_max_iter,
-                                history_size=20, tolerance_grad=1e-7, tolerance_change=1e-12,
+                                history_size=20, tolerance_grad=_GRAD_TOL,
+                                tolerance_change=_CHANGE_TOL,
                                 line_search_fn="strong_wolfe")
         sqrt_rho = math.sqrt(rho)
 
         def closure():
             opt.zero_grad()
             u = b + sqrt_rho * U.adjoint(v)
-            J = -log_evidence(self.design(u, G), self.y, noise) + 0.5 * v @ v
+            try:
+                J = (-log_evidence(self.design(u, G), self.y, noise) + 0.5 * v @ v) / self.n
+            except NotPositiveDefiniteError:
+                J = None
+            if J is None or not bool(torch.isfinite(J)):
+                # a wild trial step of the line search: a large finite value (infinities
+                # break its interpolation) sends it back
+                v.grad = torch.zeros_like(v)
+                return torch.tensor(_FAILED, dtype=v.dtype)
             J.backward()
             return J
 
@@ -246,11 +258,11 @@ class Solver:
 
         def objective(z):
             log, b = unpack(z)
-            return -self.laplace_evidence(log, b, u, G_axes, U_axes, W, index, coef)[0]
+            return -self.laplace_evidence(log, b, u, G_axes, U_axes, W, index, coef)[0] / self.n
 
         if len(names) + with_b:
             opt = torch.optim.LBFGS([z], lr=1.0, max_iter=c.theta_max_iter, history_size=10,
-                                    tolerance_grad=1e-9, tolerance_change=1e-12,
+                                    tolerance_grad=_GRAD_TOL, tolerance_change=_CHANGE_TOL,
                                     line_search_fn="strong_wolfe")
 
             def closure():
