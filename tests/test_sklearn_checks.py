@@ -4,7 +4,13 @@ import pytest
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skgpx import DeepKernelProcessRegressor, DeepQEPClassifier, DeepQEPRegressor, PathwiseGPSampler
+from skgpx import (
+    DeepKernelProcessRegressor,
+    DeepQEPClassifier,
+    DeepQEPRegressor,
+    PathwiseGPSampler,
+    SmoothDRDRegressor,
+)
 from skgpx.kepsvgp import KEPSVGPClassifier
 
 from _configs import QEP_FAST
@@ -32,6 +38,9 @@ CHECKED = [
     # spec kep_svgp Sec. 6.9: the defaults (add merge) and the concatenation merge
     KEPSVGPClassifier(),
     KEPSVGPClassifier(merge="concat", tokenizer="features"),
+    # spec smooth_drd Sec. 6: the default (dense factors) and the FFT-based Fourier basis
+    SmoothDRDRegressor(),
+    SmoothDRDRegressor(basis="fourier"),
 ]
 
 # default-constructed deep Q-EP estimators: about 50 default fits each, over the

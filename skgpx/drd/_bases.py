@@ -121,6 +121,8 @@ class FourierAxis:
 
     def transform(self, x):
         """Real orthonormal Fourier coefficients (kept ones) of ``x`` on its last dim."""
+        if x.numel() == 0:  # MKL's FFT rejects empty batches
+            return x.new_zeros(*x.shape[:-1], self.rank)
         X = torch.fft.rfft(x, n=self.n_circle)[..., : self.k_max + 1]
         w = self._cos_weights(x.dtype, x.device)
         sin = -math.sqrt(2.0 / self.n_circle) * X.imag[..., 1:1 + self.n_sin]
@@ -130,6 +132,8 @@ class FourierAxis:
         """Positions (the first ``n_points``) of the real Fourier series with coefficients
         ``c`` on its last dim: the adjoint of :meth:`transform`."""
         M, K = self.n_circle, self.k_max + 1
+        if c.numel() == 0:
+            return c.new_zeros(*c.shape[:-1], self.n_points)
         w = self._cos_weights(c.dtype, c.device)
         # irfft(Y)[t] = (Y_0 + 2 sum_k Re(Y_k e^{i w_k t}) + Y_{M/2} (-1)^t) / M
         half = torch.full_like(w, M / 2.0)
@@ -166,6 +170,13 @@ class _BoundFourier:
 
     def matrix(self):
         return self.axis.basis(self.scales.dtype, self.scales.device) * self.scales
+
+
+class FourierBound(_BoundFourier):
+    """The unscaled basis ``B^T`` of a :class:`FourierAxis` (all scales 1)."""
+
+    def __init__(self, axis, dtype=torch.float64, device="cpu"):
+        super().__init__(axis, torch.ones(axis.rank, dtype=dtype, device=device))
 
 
 class GridFactor:

@@ -355,9 +355,9 @@ def test_laplace_identity_three_forms(rank):
     np.testing.assert_allclose(left, middle, rtol=1e-10)
     if rank >= p:  # K = Phi Phi^T exactly: the whitened form
         v = np.linalg.lstsq(Phi, r, rcond=None)[0]
-        logdet, _ = laplace_logdet(torch.tensor(Phi), torch.tensor(W))
+        logdet = laplace_logdet(torch.tensor(Phi), torch.tensor(W))
         np.testing.assert_allclose(-0.5 * v @ v - 0.5 * float(logdet), middle, rtol=1e-9)
-    logdet, _ = laplace_logdet(torch.tensor(Phi), torch.tensor(W))
+    logdet = laplace_logdet(torch.tensor(Phi), torch.tensor(W))
     expected = np.linalg.slogdet(np.eye(p) + Phi @ Phi.T @ W)[1]
     np.testing.assert_allclose(float(logdet), expected, rtol=1e-10)
 
@@ -385,3 +385,18 @@ def test_posterior_equals_direct_conditioning(p, n):
     np.testing.assert_allclose(cond.variance(Zq).numpy(),
                                np.einsum("ij,jk,ik->i", Xq.numpy(), cov, Xq.numpy()),
                                rtol=1e-9, atol=1e-12)
+
+
+def test_spd_logdet_gradient_is_the_inverse():
+    from skgpx.drd._core import spd_logdet
+
+    rng = np.random.default_rng(13)
+    B = rng.standard_normal((7, 7))
+    base = torch.tensor(B @ B.T + 7 * np.eye(7))
+    direction = torch.tensor(rng.standard_normal((7, 7)))
+    direction = direction + direction.T
+    t = torch.zeros((), dtype=T, requires_grad=True)
+    (grad,) = torch.autograd.grad(spd_logdet(base + t * direction), t)
+    expected = np.trace(np.linalg.solve(base.numpy(), direction.numpy()))
+    np.testing.assert_allclose(float(grad), expected, rtol=1e-12)
+    np.testing.assert_allclose(float(spd_logdet(base)), np.linalg.slogdet(base.numpy())[1], rtol=1e-13)
