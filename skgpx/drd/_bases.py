@@ -151,21 +151,42 @@ class FourierAxis:
         return se_spectral_density(self.frequencies(dtype, device), length_scale).sqrt()
 
     def basis(self, dtype, device):
-        """The kept real basis restricted to the positions, ``B^T``: (n_points, rank)."""
-        return self.synthesise(torch.eye(self.rank, dtype=dtype, device=device)).T
+        """The kept real basis restricted to the positions, ``B^T``: (n_points, rank);
+        computed once per dtype and device."""
+        key = (dtype, str(device))
+        cache = self.__dict__.setdefault("_basis", {})
+        if key not in cache:
+            cache[key] = self.synthesise(torch.eye(self.rank, dtype=dtype, device=device)).T
+        return cache[key]
+
+    def __getstate__(self):  # the cached bases are rebuilt where the axis is loaded
+        return {k: v for k, v in self.__dict__.items() if k != "_basis"}
+
+    def uses_fft(self):
+        """FFT products cost about ``5 M log2 M`` flops per vector, the explicit ``(N x r)``
+        product ``2 N r``: the explicit one wins when few frequencies are kept."""
+        M = self.n_circle
+        return 2 * self.n_points * self.rank >= 5 * M * math.log2(max(M, 2))
 
     def bind(self, length_scale, dtype, device):
         return _BoundFourier(self, self.scales(length_scale, dtype, device))
 
 
 class _BoundFourier:
-    def __init__(self, axis, scales):
+    def __init__(self, axis, scales, fft=None):
         self.axis, self.scales, self.rank = axis, scales, axis.rank
+        self.fft = axis.uses_fft() if fft is None else fft
 
     def forward(self, x, axis):
+        if not self.fft:
+            F = self.matrix()
+            return _along(x, axis, lambda v: v @ F)
         return _along(x, axis, lambda v: self.scales * self.axis.transform(v))
 
     def adjoint(self, c, axis):
+        if not self.fft:
+            F = self.matrix()
+            return _along(c, axis, lambda v: v @ F.T)
         return _along(c, axis, lambda v: self.axis.synthesise(self.scales * v))
 
     def matrix(self):

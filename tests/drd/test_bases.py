@@ -60,11 +60,15 @@ def test_kept_frequencies_follow_the_spectral_threshold():
     assert kept_frequency_count(M, 0.5, 10.0) == M // 2  # short lengths keep everything
 
 
+@pytest.mark.parametrize("fft", [True, False])
 @pytest.mark.parametrize("kinds", [("fourier", "dense"), ("dense", "dense"), ("fourier",)])
-def test_grid_factor_is_the_kronecker_product(kinds):
+def test_grid_factor_is_the_kronecker_product(kinds, fft):
     shapes = (6, 4)[: len(kinds)]
     axes = [FourierAxis(n, 2 * n, n) if k == "fourier" else DenseAxis(n) for k, n in zip(kinds, shapes)]
     bound = [a.bind(1.7, T, "cpu") for a in axes]
+    for b in bound:
+        if hasattr(b, "fft"):
+            b.fft = fft  # both product routes: FFT and the explicit axis matrix
     G = GridFactor(bound, shapes)
     dense = bound[0].matrix().numpy()
     for b in bound[1:]:
@@ -90,3 +94,8 @@ def test_dense_axis_is_the_jittered_cholesky_factor():
     K = se_correlation(9, 2.0, T, "cpu").numpy()
     np.testing.assert_allclose(F @ F.T, K + 1e-6 * np.eye(9), atol=1e-13)
     assert np.allclose(F, np.tril(F))
+
+
+def test_fft_route_is_chosen_for_many_kept_frequencies():
+    assert FourierAxis(64, 128, 64).uses_fft()
+    assert not FourierAxis(64, 128, 3).uses_fft()
