@@ -90,7 +90,9 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         L-BFGS iterations of each theta-step.
     theta_step : float, default=0.5
         Trust box of the theta-step: each logarithm (and ``b`` when ``sparsity=False``) moves
-        at most this much per outer iteration.
+        at most this much per outer iteration.  A parameter that ended at the edge of its box
+        gets twice the radius in the next iteration (up to ``8 * theta_step``); one that
+        ended inside it goes back to ``theta_step``.
     length_scale_init : float, default=None
         Initial length of ``u`` in grid units; None takes a tenth of the largest grid extent.
         Clipped to ``[1, max(extent, 1)]``.
