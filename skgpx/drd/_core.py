@@ -175,19 +175,27 @@ def link_log_slope(u, name):
     return torch.sigmoid(u) / torch.nn.functional.softplus(u)
 
 
-def fisher_curvature(cond, X_A, C_AA, slope_A):
+def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None):
     """Fisher information of ``u`` on the positions ``A`` (spec Sec. 4)::
 
         W_F = 1/4 (s s^T) o [ (C A) o (C A)^T + A o (C A C) ],   A = X_A^T S_n^-1 X_A,
 
     with ``C = C_sf[A, A]`` and ``s = g'/g``.  It equals ``1/2 tr(S_n^-1 dS_n/du_i
-    S_n^-1 dS_n/du_j)`` and is positive semi-definite.  Cost ``O(n p'^2)``.
+    S_n^-1 dS_n/du_j)`` and is positive semi-definite.  Pass ``C_AA`` (p' x p'), or its factor
+    ``DG_A`` (p' x m, ``C = DG_A DG_A^T``) when ``m < n``: then only ``A`` costs ``O(n p'^2)``
+    and ``CA = DG (Y^T S_n^-1 X)``, ``CAC = DG (Y^T S_n^-1 Y) DG^T`` with ``Y = X_A DG_A`` cost
+    ``O(p'^2 m)``.
     """
-    Q = X_A @ C_AA  # rows of X C; C A = Q^T S^-1 X, C A C = Q^T S^-1 Q
     SX = cond.solve_evidence(X_A)
     A = X_A.T @ SX
-    CA = Q.T @ SX
-    CAC = Q.T @ cond.solve_evidence(Q)
+    if DG_A is not None:
+        Y = X_A @ DG_A
+        CA = DG_A @ (Y.T @ SX)
+        CAC = DG_A @ (Y.T @ cond.solve_evidence(Y)) @ DG_A.T
+    else:
+        Q = X_A @ C_AA  # rows of X C; C A = Q^T S^-1 X, C A C = Q^T S^-1 Q
+        CA = Q.T @ SX
+        CAC = Q.T @ cond.solve_evidence(Q)
     W = 0.25 * (CA * CA.T + A * CAC)
     return slope_A[:, None] * W * slope_A[None, :]
 

@@ -200,11 +200,14 @@ class Solver:
     def _fisher(self, u, G, noise, index):
         cond = Conditional.condition(self.design(u, G), self.y, noise)
         d_A = link(u[index], self.config.link).sqrt()
+        slope = link_log_slope(u[index], self.config.link)
+        if G is not None and G.rank < self.n:  # low-rank C_sf: the factorised products
+            return fisher_curvature(cond, self.X[:, index], None, slope,
+                                    DG_A=d_A[:, None] * G.rows(index))
         K_A = G.gram(index) if G is not None else torch.eye(len(index), dtype=u.dtype,
                                                              device=u.device)
         C_AA = d_A[:, None] * K_A * d_A[None, :]
-        return fisher_curvature(cond, self.X[:, index], C_AA,
-                                link_log_slope(u[index], self.config.link))
+        return fisher_curvature(cond, self.X[:, index], C_AA, slope)
 
     def _exact_curvature(self, u, G, noise, index):
         def data_term(u_A):

@@ -291,6 +291,9 @@ def test_fisher_closed_form_is_the_trace_formula_and_minus_a_hessian(name, smoot
     index = torch.arange(p)
     C = torch.tensor(_prior_cov(G, u, name))
     W = fisher_curvature(cond, X, C, link_log_slope(u, name)).numpy()
+    DG = link(u, name).sqrt()[:, None] * torch.tensor(_dense(G))  # C = DG DG^T, factorised path
+    np.testing.assert_allclose(fisher_curvature(cond, X, None, link_log_slope(u, name), DG).numpy(),
+                               W, rtol=1e-10, atol=1e-12)
     # 1/2 tr(S^-1 dS_i S^-1 dS_j) with dS by autograd
     dS = torch.autograd.functional.jacobian(sigma, u).numpy()  # (n, n, p)
     Si = np.linalg.inv(sigma(u).numpy())
