@@ -33,6 +33,7 @@ __all__ = [
     "check_n_samples",
     "column_standardisation",
     "cpu_generator",
+    "deterministic_fit_generator",
     "draw_seed",
     "encode_classes",
     "fenced_global_rng",
@@ -149,6 +150,12 @@ def cpu_generator(seed):
     see the same numbers.
     """
     return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def deterministic_fit_generator(random_state):
+    """The CPU generator of ``sample_y`` for an estimator whose fit is deterministic (DKP,
+    sDRD): it has no fitted prediction seed, so None means seed 0, never fresh entropy."""
+    return cpu_generator(draw_seed(0 if random_state is None else random_state))
 
 
 # Elements of one (rows x width) intermediate: 8 MB of float64 on the CPU, where blocks

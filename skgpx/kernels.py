@@ -31,6 +31,7 @@ __all__ = [
     "TorchKernel",
     "default_kernel",
     "sample_unit_frequencies",
+    "se_spectral_density",
     "spectral_terms",
     "split_white_noise",
     "stationary_from_sklearn",
@@ -196,6 +197,12 @@ def stationary_profile(r, name):
     if name not in STATIONARY_PROFILES:
         raise ValueError(f"Unknown stationary kernel {name!r}; use one of {STATIONARY_PROFILES}.")
     return _Profile.apply(r, name)
+
+
+def se_spectral_density(omega, length_scale):
+    """``sqrt(2 pi) l exp(-omega^2 l^2 / 2)``: the spectral density of the unit-variance
+    squared-exponential kernel in one dimension (``k(0) = int c(omega) d omega / 2 pi = 1``)."""
+    return math.sqrt(2 * math.pi) * length_scale * torch.exp(-0.5 * (omega * length_scale) ** 2)
 
 
 STATIONARY_PROFILES = ("matern12", "matern32", "matern52", "rbf")

@@ -11,6 +11,7 @@ from skgpx._base import (
     TorchEstimatorMixin,
     check_n_samples,
     cpu_generator,
+    deterministic_fit_generator,
     draw_seed,
     encode_classes,
     progress_bar,
@@ -150,3 +151,12 @@ def test_standard_normal_is_the_float64_stream_in_every_dtype():
     torch.testing.assert_close(z32, z64.float(), rtol=0, atol=0)
     # not torch's own float32 stream, which differs from 16 values on (vectorised sampler)
     assert not torch.equal(z32, torch.randn((8, 4), generator=cpu_generator(4)))
+
+
+def test_deterministic_fit_generator_takes_none_as_seed_zero():
+    def first(g):
+        return torch.randn(3, generator=g, dtype=torch.float64)
+
+    assert torch.equal(first(deterministic_fit_generator(None)), first(cpu_generator(0)))
+    assert torch.equal(first(deterministic_fit_generator(7)), first(cpu_generator(7)))
+    assert not torch.equal(first(deterministic_fit_generator(7)), first(cpu_generator(0)))

@@ -10,7 +10,9 @@ from skgpx.linalg import (
     cholesky_solve,
     jittered_cholesky,
     logdet_from_cholesky,
+    matheron_update,
     solve_lower,
+    spd_logdet,
 )
 
 RNG = np.random.RandomState(0)
@@ -287,3 +289,35 @@ def test_care_solvers_on_cuda_match_cpu():
         G, info = solve_care(0.5, Uc, Qc, method=method)
         assert G.device.type == "cuda" and info["converged"]
         assert _rel(G.cpu().numpy(), cpu) < 1e-10
+
+
+def test_spd_logdet_gradient_is_the_inverse():
+    rng = np.random.default_rng(13)
+    B = rng.standard_normal((7, 7))
+    base = torch.tensor(B @ B.T + 7 * np.eye(7))
+    direction = torch.tensor(rng.standard_normal((7, 7)))
+    direction = direction + direction.T
+    t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(spd_logdet(base + t * direction), t)
+    expected = np.trace(np.linalg.solve(base.numpy(), direction.numpy()))
+    np.testing.assert_allclose(float(grad), expected, rtol=1e-12)
+    np.testing.assert_allclose(float(spd_logdet(base)), np.linalg.slogdet(base.numpy())[1], rtol=1e-13)
+
+
+def test_quiet_jitter_factorises_a_singular_matrix_without_warning(recwarn):
+    v = torch.tensor(RNG.randn(5, 2))
+    singular = v @ v.T  # rank 2
+    L, extra = jittered_cholesky(singular, jitter=1e-12, warn=False)
+    assert extra > 0 and not recwarn.list
+    np.testing.assert_allclose((L @ L.T).numpy(), singular.numpy() + extra * np.eye(5), atol=1e-10)
+
+
+def test_matheron_update_is_the_solve_of_the_residual_with_broadcasting():
+    L = torch.linalg.cholesky(torch.tensor(SPD))
+    y = torch.tensor(RNG.randn(6, 1, 2))
+    f = torch.tensor(RNG.randn(6, 4, 2))
+    e = torch.tensor(RNG.randn(6, 4, 2))
+    v = matheron_update(L, y, f, e)
+    expected = np.linalg.solve(SPD, (y.numpy() - f.numpy() - e.numpy()).reshape(6, -1))
+    assert v.shape == (6, 4, 2)
+    np.testing.assert_allclose(v.numpy().reshape(6, -1), expected, rtol=1e-10)

@@ -15,8 +15,7 @@ from .._base import (
     TorchEstimatorMixin,
     check_n_samples,
     column_standardisation,
-    cpu_generator,
-    draw_seed,
+    deterministic_fit_generator,
     progress_bar,
     rows_per_chunk,
     standard_normal,
@@ -587,7 +586,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         eigenvalues, eigenvectors = torch.linalg.eigh(cov)
         root = eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))
         n_targets = mean.shape[1]
-        generator = cpu_generator(draw_seed(0 if random_state is None else random_state))
+        generator = deterministic_fit_generator(random_state)
         normals = standard_normal((test.shape[0], n_targets * n_samples), generator,
                                   cov.dtype, cov.device)
         draws = to_numpy(root @ normals).reshape(test.shape[0], n_targets, n_samples)

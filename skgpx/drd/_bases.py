@@ -22,9 +22,11 @@ In both cases ``F F^T`` is the axis correlation, and a factor maps positions to 
 """
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels import se_spectral_density, stationary_profile
 from ..linalg import jittered_cholesky
 
 DENSE_JITTER = 1e-6
@@ -33,12 +35,15 @@ DENSE_JITTER = 1e-6
 def se_correlation(n_points, length_scale, dtype, device):
     """The ``n x n`` SE correlation ``exp(-(i - j)^2 / (2 l^2))`` of grid indices."""
     t = torch.arange(n_points, dtype=dtype, device=device)
-    return torch.exp(-0.5 * ((t[:, None] - t[None, :]) / length_scale) ** 2)
+    return stationary_profile((t[:, None] - t[None, :]).abs() / length_scale, "rbf")
 
 
-def se_spectral_density(omega, length_scale):
-    """``sqrt(2 pi) l exp(-omega^2 l^2 / 2)``: the spectrum of a unit-variance SE kernel."""
-    return math.sqrt(2 * math.pi) * length_scale * torch.exp(-0.5 * (omega * length_scale) ** 2)
+def kron_vectors(vectors):
+    """The Kronecker product of 1-D tensors (C order), e.g. a separable diagonal."""
+    out = vectors[0]
+    for v in vectors[1:]:
+        out = (out[:, None] * v[None, :]).reshape(-1)
+    return out
 
 
 def kept_frequency_count(n_circle, length_scale, threshold):
@@ -55,8 +60,6 @@ def _along(x, axis, fn):
 class DenseAxis:
     """``F = chol(SE(l) + 1e-6 I)`` on ``n_points`` grid positions."""
 
-    kind = "dense"
-
     def __init__(self, n_points):
         self.n_points = n_points
         self.rank = n_points
@@ -71,9 +74,17 @@ class DenseAxis:
         return _BoundDense(self.matrix(length_scale, dtype, device))
 
 
+# The bound factors are dataclasses of tensors so that a fitted estimator's pickling moves
+# them between devices (skgpx._base.move_to_device).
+
+
+@dataclass
 class _BoundDense:
-    def __init__(self, F):
-        self.F, self.rank = F, F.shape[1]
+    F: torch.Tensor
+
+    @property
+    def rank(self):
+        return self.F.shape[1]
 
     def forward(self, x, axis):
         return _along(x, axis, lambda v: v @ self.F)
@@ -97,8 +108,6 @@ class FourierAxis:
     The coefficient layout is ``[cos_0, ..., cos_kmax, sin_1, ..., sin_ks]`` with
     ``ks = min(k_max, (M - 1) // 2)`` (a Nyquist frequency has no sine).
     """
-
-    kind = "fourier"
 
     def __init__(self, n_points, n_circle, k_max):
         self.n_points, self.n_circle, self.k_max = n_points, n_circle, k_max
@@ -171,11 +180,24 @@ class FourierAxis:
     def bind(self, length_scale, dtype, device):
         return _BoundFourier(self, self.scales(length_scale, dtype, device))
 
+    def unscaled(self, dtype, device):
+        """The bare basis ``B^T`` as a bound factor (all scales 1)."""
+        return _BoundFourier(self, torch.ones(self.rank, dtype=dtype, device=device))
 
+
+@dataclass
 class _BoundFourier:
-    def __init__(self, axis, scales, fft=None):
-        self.axis, self.scales, self.rank = axis, scales, axis.rank
-        self.fft = axis.uses_fft() if fft is None else fft
+    axis: FourierAxis
+    scales: torch.Tensor
+    fft: bool = None  # None: the cheaper route, FourierAxis.uses_fft
+
+    def __post_init__(self):
+        if self.fft is None:
+            self.fft = self.axis.uses_fft()
+
+    @property
+    def rank(self):
+        return self.axis.rank
 
     def forward(self, x, axis):
         if not self.fft:
@@ -193,13 +215,7 @@ class _BoundFourier:
         return self.axis.basis(self.scales.dtype, self.scales.device) * self.scales
 
 
-class FourierBound(_BoundFourier):
-    """The unscaled basis ``B^T`` of a :class:`FourierAxis` (all scales 1)."""
-
-    def __init__(self, axis, dtype=torch.float64, device="cpu"):
-        super().__init__(axis, torch.ones(axis.rank, dtype=dtype, device=device))
-
-
+@dataclass
 class GridFactor:
     """A separable factor ``F = F_1 (x) ... (x) F_d`` on a grid of ``shape``.
 
@@ -207,28 +223,42 @@ class GridFactor:
     as their trailing dimensions, coefficient arrays the axis ranks.
     """
 
-    def __init__(self, bound, shape):
-        self.bound, self.shape = bound, tuple(shape)
-        self.ranks = tuple(b.rank for b in bound)
-        self.rank = math.prod(self.ranks)
+    bound: list
+    shape: tuple
+    ranks: tuple = field(init=False)
+
+    def __post_init__(self):
+        self.shape = tuple(self.shape)
+        self.ranks = tuple(b.rank for b in self.bound)
+
+    @property
+    def rank(self):
+        return math.prod(self.ranks)
+
+    def _per_axis(self, x, in_shape, method):
+        """Apply ``method`` of every axis factor to rows ``x`` laid out as ``in_shape``."""
+        lead = x.shape[:-1]
+        x = x.reshape(*lead, *in_shape)
+        d = len(in_shape)
+        for a, b in enumerate(self.bound):
+            x = getattr(b, method)(x, x.dim() - d + a)
+        return x.reshape(*lead, math.prod(x.shape[len(lead):]))
 
     def forward(self, x):
         """``x F`` for rows ``x`` of shape (..., p): (..., rank)."""
-        lead = x.shape[:-1]
-        x = x.reshape(*lead, *self.shape)
-        d = len(self.shape)
-        for a, b in enumerate(self.bound):
-            x = b.forward(x, x.dim() - d + a)
-        return x.reshape(*lead, self.rank)
+        return self._per_axis(x, self.shape, "forward")
 
     def adjoint(self, c):
         """``c F^T`` for coefficient rows ``c`` of shape (..., rank): (..., p)."""
-        lead = c.shape[:-1]
-        c = c.reshape(*lead, *self.ranks)
-        d = len(self.shape)
-        for a, b in enumerate(self.bound):
-            c = b.adjoint(c, c.dim() - d + a)
-        return c.reshape(*lead, math.prod(self.shape))
+        return self._per_axis(c, self.ranks, "adjoint")
+
+    def solve(self, x):
+        """``F^{-1} x`` for rows ``x`` (..., p); dense factors only."""
+        return self._per_axis(x, self.shape, "solve")
+
+    def spectral_scales(self):
+        """``sqrt(c(omega))`` of a Fourier factor, flattened like its coefficients."""
+        return kron_vectors([b.scales for b in self.bound])
 
     def rows(self, index):
         """Explicit rows ``F[index]`` (a Kronecker product of axis rows): (len(index), rank)."""
@@ -250,20 +280,7 @@ class GridFactor:
 
     def gram_diagonal(self):
         """``diag(F F^T)`` over all positions: (p,)."""
-        out = None
-        for b in self.bound:
-            d = (b.matrix() ** 2).sum(1)
-            out = d if out is None else (out[:, None] * d[None, :]).reshape(-1)
-        return out
+        return kron_vectors([(b.matrix() ** 2).sum(1) for b in self.bound])
 
     def _axis_indices(self, index):
         return torch.unravel_index(index, self.shape)
-
-    def solve(self, x):
-        """``F^{-1} x`` for rows ``x`` (..., p); dense factors only."""
-        lead = x.shape[:-1]
-        x = x.reshape(*lead, *self.shape)
-        d = len(self.shape)
-        for a, b in enumerate(self.bound):
-            x = b.solve(x, x.dim() - d + a)
-        return x.reshape(*lead, -1)

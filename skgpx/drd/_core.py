@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from ..linalg import (
-    NotPositiveDefiniteError,
     cholesky_solve,
+    jittered_cholesky,
     logdet_from_cholesky,
     matheron_update,
     solve_lower,
-    try_cholesky,
+    spd_logdet,
 )
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -26,42 +26,11 @@ def _chol(matrix, what):
     """Cholesky factor of a matrix that is positive definite in exact arithmetic.
 
     Extreme trial points of the optimisers (prior variances of 1e14) can lose definiteness
-    to rounding; a jitter from 1e-12 up to 1e-6 of the mean diagonal is then added, which
-    only changes the objective where it is already far from its optimum.
+    to rounding; a jitter of 1e-12 up to 1e-6 of the mean diagonal is then added silently,
+    which only changes the objective where it is already far from its optimum.
     """
-    factor = try_cholesky(matrix)
-    if factor is not None:
-        return factor
-    scale = float(matrix.detach().diagonal(dim1=-2, dim2=-1).mean().abs()) or 1.0
-    for jitter in (1e-12, 1e-10, 1e-8, 1e-6):
-        factor = try_cholesky(matrix, jitter * scale)
-        if factor is not None:
-            return factor
-    raise NotPositiveDefiniteError(
-        f"The {what} is not positive definite; increase noise_floor or use float64.")
-
-
-class _SPDLogdet(torch.autograd.Function):
-    """``log det H`` of a symmetric positive definite ``H`` by Cholesky, with the backward
-    ``grad * H^-1`` from one ``cholesky_inverse`` (torch's generic Cholesky backward costs
-    several times more for the r x r Laplace matrices of the theta-step)."""
-
-    @staticmethod
-    def forward(ctx, matrix):
-        factor = _chol(matrix, "Laplace Hessian I + Phi^T W Phi")
-        ctx.save_for_backward(factor)
-        return logdet_from_cholesky(factor)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (factor,) = ctx.saved_tensors
-        return grad * torch.cholesky_inverse(factor)
-
-
-def spd_logdet(matrix):
-    """``log det`` of a symmetric positive definite matrix (only its lower triangle is read
-    by the factorisation; pass a symmetric matrix)."""
-    return _SPDLogdet.apply(matrix)
+    return jittered_cholesky(matrix, jitter=1e-12, max_jitter=1e-6, warn=False, name=what,
+                             advice="increase noise_floor or use dtype='float64'")[0]
 
 
 def _with_diagonal(matrix, value):
@@ -121,19 +90,13 @@ class Conditional:
         L = _chol(_with_diagonal(Z.T @ Z, noise_var), "posterior precision")
         return cls(Z, y, noise_var, False, L, cholesky_solve(L, (Z.T @ y)[:, None])[:, 0])
 
-    def whitened_rows(self, Zq):
-        """Rows ``R`` with ``Zq Sigma_a Zq^T = Zq Zq^T - R R^T`` (dual) or ``= s2 R R^T``
-        (primal); used for variances and covariances."""
-        if self.dual:
-            return solve_lower(self.L, self.Z @ Zq.T).T
-        return solve_lower(self.L, Zq.T).T
-
     def variance(self, Zq):
-        """``diag(Zq Sigma_a Zq^T)``: (nq,)."""
-        R = self.whitened_rows(Zq)
+        """``diag(Zq Sigma_a Zq^T)``: (nq,), as ``|zq|^2 - |L^-1 Z zq|^2`` (dual) or
+        ``s2 |L^-1 zq|^2`` (primal)."""
         if self.dual:
-            return (Zq**2).sum(1) - (R**2).sum(1)
-        return self.noise_var * (R**2).sum(1)
+            R = solve_lower(self.L, self.Z @ Zq.T)
+            return (Zq**2).sum(1) - (R**2).sum(0)
+        return self.noise_var * (solve_lower(self.L, Zq.T) ** 2).sum(0)
 
     def covariance(self):
         """``Sigma_a``: (m, m)."""
@@ -212,7 +175,6 @@ def laplace_logdet(Phi_A, W):
         H = _with_diagonal(Phi_A.T @ W @ Phi_A, 1.0)
     else:
         K_A = Phi_A @ Phi_A.T
-        L_A = _chol(_with_diagonal(K_A, 1e-12 * float(K_A.diagonal().detach().mean())),
-                    "u-prior covariance on the support")
+        L_A = _chol(K_A, "u-prior covariance on the support")
         H = _with_diagonal(L_A.T @ W @ L_A, 1.0)
-    return spd_logdet(0.5 * (H + H.T))
+    return spd_logdet(0.5 * (H + H.T), "Laplace Hessian I + Phi^T W Phi")

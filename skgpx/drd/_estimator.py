@@ -15,13 +15,13 @@ from .._base import (
     StrOptions,
     TorchEstimatorMixin,
     check_n_samples,
-    cpu_generator,
-    draw_seed,
+    deterministic_fit_generator,
     progress_bar,
     rows_per_chunk,
     standard_normal,
     to_numpy,
 )
+from ..linalg import inverse_softplus
 from ._core import link
 from ._posterior import FittedPosterior, LatentLaplace, conditional_given_u
 from ._solver import Config, Solver, State, latent_laplace_parts
@@ -31,10 +31,6 @@ __all__ = ["SmoothDRDRegressor"]
 _DENSE_MAX_FEATURES = 2048  # basis="auto": dense SE factors up to this many features
 _COVARIANCE_MAX_FEATURES = 1024  # compute_covariance="auto": store sigma_ up to this size
 _RHO_BOUNDS = (1e-6, 1e6)
-
-
-def _inverse_link(value, name):
-    return math.log(value) if name == "exp" else value + math.log(-math.expm1(-value))
 
 
 class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -323,7 +319,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         else:
             w = torch.linalg.solve(X.T @ X + torch.eye(p, dtype=X.dtype, device=X.device),
                                    X.T @ y)
-        b = _inverse_link(max(float((w**2).mean()), 1e-12), self.link)
+        variance = max(float((w**2).mean()), 1e-12)
+        b = math.log(variance) if self.link == "exp" else float(inverse_softplus(variance))
         noise_floor = self.noise_floor * max(float(y.var(unbiased=False)), 1.0)
         l0 = extent / 10.0 if self.length_scale_init is None else float(self.length_scale_init)
         log = {
@@ -403,11 +400,11 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
                 f"SmoothDRDRegressor did not converge to tol={self.tol!r} within "
                 f"max_iter={self.max_iter} iterations; increase max_iter.",
                 ConvergenceWarning, stacklevel=2)
-        self._store(solver, config, coef, cond, scores, iteration, shape,
-                    (x_mean, x_scale, y_mean, y_scale), device)
+        self._store(solver, config, FittedPosterior(scale, cond, G), coef, scores, iteration,
+                    shape, (x_mean, x_scale, y_mean, y_scale), device)
         return self
 
-    def _store(self, solver, config, coef, cond, scores, n_iter, shape, units, device):
+    def _store(self, solver, config, posterior, coef, scores, n_iter, shape, units, device):
         x_mean, x_scale, y_mean, y_scale = units
         s = solver.state
         ratio = y_scale / x_scale
@@ -415,10 +412,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         self.basis_ = config.basis
         self.coef_shape_ = shape
         self._units = units
-        self._posterior = FittedPosterior(
-            scale=link(s.u, config.link).mul(solver.support()).sqrt(), cond=cond,
-            w_axes=solver.w_axes() if config.smoothness else None,
-            smoothness_length=solver.value("lf"))
+        self._posterior = posterior
         self.coef_ = to_numpy(coef) * ratio
         self.intercept_ = float(y_mean - x_mean @ self.coef_) if self.fit_intercept else 0.0
         self.coef_std_ = np.sqrt(to_numpy(self._posterior.coef_variance())) * ratio
@@ -437,13 +431,12 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         self.smoothness_length_scale_ = solver.value("lf")
         self._latent = None
         if config.sparsity:
-            v, L_H, u_axes = latent_laplace_parts(solver)
-            self._latent = LatentLaplace(v, L_H, s.b, self.u_variance_, self.length_scale_,
-                                         u_axes, solver.support())
+            v, L_H, U = latent_laplace_parts(solver)
+            self._latent = LatentLaplace(v, L_H, s.b, self.u_variance_, U, solver.support())
             self.u_std_ = to_numpy(self._latent.std())
         else:
             self.u_std_ = np.zeros(coef.shape[0])
-        n = cond.y.shape[0]
+        n = posterior.cond.y.shape[0]
         self.log_marginal_likelihood_ = float(scores[-1]) - n * math.log(y_scale)
         self.scores_ = [float(v) for v in scores]
         self.objective_history_ = list(self.scores_)
@@ -480,9 +473,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         if not return_std:
             return mean
         post = self._posterior
-        G = post.factor()
         step = rows_per_chunk(4096, max(post.cond.Z.shape), Xt.device)
-        var = torch.cat([post.cond.variance(post.design(Xt[i:i + step], G))
+        var = torch.cat([post.cond.variance(post.design(Xt[i:i + step]))
                          for i in range(0, Xt.shape[0], step)]) if Xt.shape[0] else Xt[:, 0]
         y_scale = self._units[3]
         std = np.sqrt(np.clip(to_numpy(var), 0.0, None) * y_scale**2 + self.noise_variance_)
@@ -516,7 +508,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         n_samples = check_n_samples(n_samples, minimum=0)
         X, Xt = self._internal(X)
         post = self._posterior
-        generator = cpu_generator(draw_seed(0 if random_state is None else random_state))
+        generator = deterministic_fit_generator(random_state)
         n, m = post.cond.Z.shape
         dtype, device = Xt.dtype, Xt.device
         if not u_uncertainty or self._latent is None:
@@ -535,8 +527,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         rows = []
         for s in range(n_samples):
             given = conditional_given_u(self._X_train, post.cond.y, U[s], latent.support,
-                                        self.link, post.cond.noise_var, post.w_axes,
-                                        post.smoothness_length)
+                                        self.link, post.cond.noise_var, post.G)
             n, m = given.cond.Z.shape
             a0 = standard_normal((m, 1), generator, dtype, device)
             eps = standard_normal((n, 1), generator, dtype, device)

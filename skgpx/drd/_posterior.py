@@ -1,9 +1,10 @@
 """What prediction needs from a fitted sDRD model, and the draws of Sec. 5.
 
 A :class:`FittedPosterior` holds, in internal units, the trimmed scale ``sqrt(g(u*))``, the
-:class:`~skgpx.drd._core.Conditional` of the whitened coefficients ``a`` and the smoothness
-factor's axes and length; :class:`LatentLaplace` holds the Laplace posterior of ``u`` in
-whitened coordinates, ``v ~ N(v*, H_v^-1)`` with ``H_v = I + Phi_A^T W Phi_A``.
+:class:`~skgpx.drd._core.Conditional` of the whitened coefficients ``a`` and the fitted
+smoothness factor ``G``; :class:`LatentLaplace` holds the Laplace posterior of ``u`` in
+whitened coordinates, ``v ~ N(v*, H_v^-1)`` with ``H_v = I + Phi_A^T W Phi_A``, and the
+fitted u-basis.  Both keep the factors built in ``fit``, so prediction factorises nothing.
 """
 
 from dataclasses import dataclass
@@ -11,31 +12,24 @@ from dataclasses import dataclass
 import torch
 
 from ..linalg import solve_lower
+from ._bases import GridFactor
 from ._core import Conditional, link
-from ._solver import _bind
 
 
 @dataclass
 class FittedPosterior:
     scale: torch.Tensor  # (p,) sqrt(g(u*)), zero off the support
     cond: Conditional
-    w_axes: list  # None without smoothness
-    smoothness_length: float
+    G: GridFactor  # None without smoothness (K_f = I)
 
-    def factor(self):
-        if self.w_axes is None:
-            return None
-        return _bind(self.w_axes, self.smoothness_length, self.scale)
-
-    def design(self, X, G=None):
+    def design(self, X):
         """``X D G`` for rows ``X`` in internal units."""
-        G = self.factor() if G is None else G
         Z = X * self.scale
-        return Z if G is None else G.forward(Z)
+        return Z if self.G is None else self.G.forward(Z)
 
     def coef_variance(self):
         """``diag(D G Sigma_a G^T D)``: (p,)."""
-        G, cond = self.factor(), self.cond
+        G, cond = self.G, self.cond
         back = (lambda c: c) if G is None else G.adjoint
         if cond.dual:
             rows = back(solve_lower(cond.L, cond.Z))  # (n, p)
@@ -49,7 +43,7 @@ class FittedPosterior:
 
     def coef_covariance(self):
         """``Sigma_w = D G Sigma_a G^T D``: (p, p)."""
-        G = self.factor()
+        G = self.G
         S = self.cond.covariance()
         if G is not None:
             S = G.adjoint(G.adjoint(S).T)  # G S G^T, S symmetric
@@ -58,8 +52,7 @@ class FittedPosterior:
     def coef_draws(self, prior_draws, noise_draws):
         """Draws of the coefficients ``w = D G a``: (S, p)."""
         a = self.cond.draw(prior_draws, noise_draws).T
-        G = self.factor()
-        return self.scale * (a if G is None else G.adjoint(a))
+        return self.scale * (a if self.G is None else self.G.adjoint(a))
 
 
 @dataclass
@@ -68,28 +61,23 @@ class LatentLaplace:
     L_H: torch.Tensor  # (r, r) Cholesky factor of H_v
     b: float
     rho: float
-    length: float
-    u_axes: list
+    U: GridFactor  # u = b + sqrt(rho) U v
     support: torch.Tensor  # (p,) bool
-
-    def factor(self):
-        return _bind(self.u_axes, self.length, self.v)
 
     def std(self):
         """``sqrt(diag(Phi H_v^-1 Phi^T))``: (p,)."""
-        Phi = self.rho**0.5 * self.factor().adjoint(
+        Phi = self.rho**0.5 * self.U.adjoint(
             torch.eye(len(self.v), dtype=self.v.dtype, device=self.v.device)).T  # (p, r)
         return torch.linalg.solve_triangular(self.L_H, Phi.T, upper=False).pow(2).sum(0).sqrt()
 
     def draws(self, normals):
         """Latent draws ``u = b + sqrt(rho) F (v* + L_H^-T xi)`` for ``xi`` (r, S): (S, p)."""
         v = self.v[:, None] + torch.linalg.solve_triangular(self.L_H.T, normals, upper=True)
-        return self.b + self.rho**0.5 * self.factor().adjoint(v.T)
+        return self.b + self.rho**0.5 * self.U.adjoint(v.T)
 
 
-def conditional_given_u(X, y, u, support, link_name, noise, w_axes, smoothness_length):
+def conditional_given_u(X, y, u, support, link_name, noise, G):
     """A :class:`FittedPosterior` for one latent ``u`` (for ``u_uncertainty`` draws)."""
-    scale = (link(u, link_name) * support).sqrt()
-    post = FittedPosterior(scale, None, w_axes, smoothness_length)
+    post = FittedPosterior((link(u, link_name) * support).sqrt(), None, G)
     post.cond = Conditional.condition(post.design(X), y, noise)
     return post

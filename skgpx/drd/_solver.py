@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..linalg import NotPositiveDefiniteError
-from ._bases import DenseAxis, FourierAxis, FourierBound, GridFactor, kept_frequency_count
+from ..linalg import NotPositiveDefiniteError, spd_logdet
+from ._bases import DenseAxis, FourierAxis, GridFactor, kept_frequency_count
 from ._core import (
     Conditional,
     _with_diagonal,
@@ -23,7 +23,6 @@ from ._core import (
     link,
     link_log_slope,
     log_evidence,
-    spd_logdet,
 )
 
 _PARAMS = ("rho", "l", "lf", "noise")
@@ -157,7 +156,7 @@ class Solver:
         coef = _remap(s.u_coef, s.u_axes, u_axes) if s.u_coef is not None else None
         if coef is None:
             return torch.zeros(U.rank, dtype=self.X.dtype, device=self.X.device)
-        return coef / (math.sqrt(rho) * _kron_scales(U))
+        return coef / (math.sqrt(rho) * U.spectral_scales())
 
     def u_step(self, U, G, rho, noise, v0):
         """Minimise ``J(v) = -log p(y | b + sqrt(rho) F v) + |v|^2 / 2`` by L-BFGS."""
@@ -239,7 +238,7 @@ class Solver:
                 b = (e @ f) / (e @ e)
                 v = (f - b * e) / rho.sqrt()
             else:
-                scales = _kron_scales(U)
+                scales = U.spectral_scales()
                 v = coef / (rho.sqrt() * scales)
             value = value - 0.5 * v @ v
             if c.evidence == "laplace" and W is not None:
@@ -247,16 +246,12 @@ class Solver:
                     logdet = laplace_logdet(rho.sqrt() * U.rows(index), W)
                 else:
                     H = rho * scales[:, None] * W * scales[None, :]
-                    logdet = spd_logdet(_with_diagonal(H, 1.0))
+                    logdet = spd_logdet(_with_diagonal(H, 1.0), "Laplace Hessian I + Phi^T W Phi")
                 value = value - 0.5 * logdet
-            scale = link(u, c.link)
         else:
-            scale = link(b * self._one, c.link) * torch.ones(self.p, dtype=self.X.dtype,
-                                                               device=self.X.device)
+            u = (b * self._one).expand(self.p)  # no sparsity: u = b everywhere
         G = _bind(G_axes, torch.exp(log["lf"]), self._one) if c.smoothness else None
-        Z = self.X * scale.sqrt()
-        Z = Z if G is None else G.forward(Z)
-        return value + log_evidence(Z, self.y, noise), b
+        return value + log_evidence(self.design(u, G), self.y, noise), b
 
     def theta_step(self, u, G_axes, U_axes, W, index, coef):
         """Maximise the Laplace evidence in a trust box ``log theta = old + step tanh(z)``."""
@@ -266,8 +261,7 @@ class Solver:
                  and (c.smoothness or k != "lf")]
         with_b = not c.sparsity
         if W is not None and c.basis == "fourier":
-            B_A = GridFactor([FourierBound(a, W.dtype, W.device) for a in U_axes],
-                             c.shape).rows(index)
+            B_A = GridFactor([a.unscaled(W.dtype, W.device) for a in U_axes], c.shape).rows(index)
             W = B_A.T @ W @ B_A
             W = 0.5 * (W + W.T)  # exactly symmetric, so each H = I + rho S W S is
         radius = [s.box.get(k, c.theta_step) for k in names] + [s.box.get("b", c.theta_step)] * with_b
@@ -330,7 +324,7 @@ class Solver:
             if c.basis == "fourier":
                 # coefficients of u - b stay fixed through the theta-step; b absorbs their
                 # constant (DC) part, the closed-form b of seed Eq. 12 on the circle
-                coef = math.sqrt(rho) * _kron_scales(U) * v
+                coef = math.sqrt(rho) * U.spectral_scales() * v
                 s.b += float(coef[0]) / math.prod(math.sqrt(a.n_circle) for a in U_axes)
                 coef[0] = 0.0
                 s.u_coef, s.u_axes = coef, U_axes
@@ -376,18 +370,9 @@ class Solver:
         return scale * mean, cond, G, scale
 
 
-def _kron_scales(U):
-    """The spectral scales of a Fourier grid factor, flattened like its coefficients."""
-    out = None
-    for bound in U.bound:
-        sc = bound.scales
-        out = sc if out is None else (out[:, None] * sc[None, :]).reshape(-1)
-    return out
-
-
 def latent_laplace_parts(solver):
-    """``(v*, L_H)`` of the Laplace posterior of ``u`` at the current state and theta:
-    ``H_v = I_r + Phi_A^T W Phi_A`` in the whitened coordinates of the current u-basis."""
+    """``(v*, L_H, U)`` of the Laplace posterior of ``u`` at the current state and theta:
+    ``H_v = I_r + Phi_A^T W Phi_A`` in the whitened coordinates of the u-basis ``U``."""
     c, s = solver.config, solver.state
     rho, noise = solver.value("rho"), solver._t(solver.value("noise"))
     U_axes = solver.u_axes()
@@ -404,4 +389,4 @@ def latent_laplace_parts(solver):
         raise NotPositiveDefiniteError(
             "The Laplace Hessian of u is not positive definite at the final mode; use "
             "laplace_hessian='fisher'.")
-    return v, L_H, U_axes
+    return v, L_H, U

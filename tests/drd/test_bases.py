@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from skgpx.drd._bases import (
-    DenseAxis,
-    FourierAxis,
-    GridFactor,
-    kept_frequency_count,
-    se_correlation,
-    se_spectral_density,
-)
+from skgpx.drd._bases import DenseAxis, FourierAxis, GridFactor, kept_frequency_count, se_correlation
+from skgpx.kernels import se_spectral_density
 
 T = torch.float64
 

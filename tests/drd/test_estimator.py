@@ -100,7 +100,7 @@ def test_posterior_equals_direct_gaussian_conditioning(name, request):
     """coef_, sigma_, coef_std_ and predict's std against dense conditioning on the fitted prior
     ``C = diag(sqrt(g)) K_f diag(sqrt(g))`` (trimmed), on centred data, in original units."""
     model = request.getfixturevalue(name)
-    G = model._posterior.factor()
+    G = model._posterior.G
     p = X.shape[1]
     Kf = G.gram(torch.arange(p)).numpy()
     g = model.prior_variance_ * model.support_
