@@ -138,7 +138,7 @@ def link_log_slope(u, name):
     return torch.sigmoid(u) / torch.nn.functional.softplus(u)
 
 
-def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None):
+def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None, XC_A=None):
     """Fisher information of ``u`` on the positions ``A`` (spec Sec. 4)::
 
         W_F = 1/4 (s s^T) o [ (C A) o (C A)^T + A o (C A C) ],   A = X_A^T S_n^-1 X_A,
@@ -147,7 +147,8 @@ def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None):
     S_n^-1 dS_n/du_j)`` and is positive semi-definite.  Pass ``C_AA`` (p' x p'), or its factor
     ``DG_A`` (p' x m, ``C = DG_A DG_A^T``) when ``m < n``: then only ``A`` costs ``O(n p'^2)``
     and ``CA = DG (Y^T S_n^-1 X)``, ``CAC = DG (Y^T S_n^-1 Y) DG^T`` with ``Y = X_A DG_A`` cost
-    ``O(p'^2 m)``.
+    ``O(p'^2 m)``.  ``XC_A`` (n x p') passes the rows ``X_A C_AA`` instead of ``C_AA`` when
+    the caller has a cheaper product (a Fourier factor: ``D G G^T D`` by FFT-sized products).
     """
     SX = cond.solve_evidence(X_A)
     A = X_A.T @ SX
@@ -156,7 +157,7 @@ def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None):
         CA = DG_A @ (Y.T @ SX)
         CAC = DG_A @ (Y.T @ cond.solve_evidence(Y)) @ DG_A.T
     else:
-        Q = X_A @ C_AA  # rows of X C; C A = Q^T S^-1 X, C A C = Q^T S^-1 Q
+        Q = X_A @ C_AA if XC_A is None else XC_A  # rows of X C; CA = Q^T S^-1 X, CAC = Q^T S^-1 Q
         CA = Q.T @ SX
         CAC = Q.T @ cond.solve_evidence(Q)
     W = 0.25 * (CA * CA.T + A * CAC)
@@ -178,3 +179,43 @@ def laplace_logdet(Phi_A, W):
         L_A = _chol(K_A, "u-prior covariance on the support")
         H = _with_diagonal(L_A.T @ W @ L_A, 1.0)
     return spd_logdet(0.5 * (H + H.T), "Laplace Hessian I + Phi^T W Phi")
+
+
+class FrozenLaplaceLogdet:
+    """``log|I_r + D W D|`` for a fixed curvature ``W`` (r x r) as the diagonal ``D`` varies
+    below a bound ``d_max`` (the Fourier u-basis in a trust box: ``D = sqrt(rho) S_l``).
+
+    Large ``r`` goes through a truncated eigendecomposition of ``M = D_max W D_max =
+    V Gamma V^T``.  With ``R = D / D_max`` (entries in [0, 1])::
+
+        log|I + R M R| = log|I_k + Gamma_k^1/2 V_k^T R^2 V_k Gamma_k^1/2| + err,
+        0 <= err <= tr(R M_dropped R) <= sum_{i > k} gamma_i <= tol,
+
+    since adding a PSD matrix ``B`` raises a log-determinant by at most ``tr(B)``.  Each
+    evaluation then costs ``O(r k^2)`` instead of ``O(r^3)``.  An indefinite ``W`` (an exact
+    Hessian) or a rank that would not save much uses the full ``r x r`` matrix.
+    """
+
+    def __init__(self, W, d_max, tol=1e-4, min_rank=256):
+        self.W, self.d_max, self.factor = W, d_max, None
+        if W.shape[0] < min_rank:
+            return
+        gamma, V = torch.linalg.eigh(d_max[:, None] * W * d_max[None, :])
+        if float(gamma[0]) < -1e-10 * max(float(gamma[-1]), 1.0):
+            return
+        tail = gamma.clamp_min(0).cumsum(0)  # ascending: tail[j] = sum of gamma[:j + 1]
+        k = int((tail > tol).sum())
+        if 2 * k <= W.shape[0]:
+            self.factor = V[:, -k:] * gamma[-k:].clamp_min(0).sqrt()
+
+    @property
+    def rank(self):
+        return self.W.shape[0] if self.factor is None else self.factor.shape[1]
+
+    def __call__(self, d):
+        if self.factor is None:
+            H = d[:, None] * self.W * d[None, :]
+        else:
+            RF = (d / self.d_max)[:, None] * self.factor
+            H = RF.T @ RF
+        return spd_logdet(_with_diagonal(H, 1.0), "Laplace Hessian I + Phi^T W Phi")

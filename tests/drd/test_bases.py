@@ -78,6 +78,10 @@ def test_grid_factor_is_the_kronecker_product(kinds, fft):
     np.testing.assert_allclose(G.gram(index).numpy(), gram[np.ix_(index.numpy(), index.numpy())],
                                atol=1e-12)
     np.testing.assert_allclose(G.gram_diagonal().numpy(), np.diag(gram), atol=1e-12)
+    S = rng.standard_normal((dense.shape[0], dense.shape[0]))
+    S = S + S.T
+    np.testing.assert_allclose(G.congruence(torch.tensor(S)).numpy(), dense.T @ S @ dense,
+                               atol=1e-11)
     if all(k == "dense" for k in kinds):
         np.testing.assert_allclose(G.solve(x).numpy(), np.linalg.solve(dense, x.numpy().T).T,
                                    rtol=1e-9, atol=1e-9)
@@ -90,6 +94,18 @@ def test_dense_axis_is_the_jittered_cholesky_factor():
     assert np.allclose(F, np.tril(F))
 
 
-def test_fft_route_is_chosen_for_many_kept_frequencies():
-    assert FourierAxis(64, 128, 64).uses_fft()
-    assert not FourierAxis(64, 128, 3).uses_fft()
+def test_fft_route_is_chosen_for_many_kept_frequencies_on_long_axes():
+    assert FourierAxis(1024, 2048, 1024).uses_fft()
+    assert not FourierAxis(1024, 2048, 3).uses_fft()
+    # on a 64-point axis the explicit product wins even with every frequency kept
+    assert not FourierAxis(64, 128, 64).uses_fft()
+
+
+def test_largest_scales_bound_the_scales_over_the_length_range():
+    axis = FourierAxis(20, 40, 12)
+    low, high = 1.5, 6.0
+    grid = np.exp(np.linspace(np.log(low), np.log(high), 2001))
+    scales = np.array([axis.scales(float(l), T, "cpu").numpy() for l in grid])
+    largest = axis.largest_scales(low, high, T, "cpu").numpy()
+    assert np.all(scales <= largest * (1 + 1e-12))
+    np.testing.assert_allclose(scales.max(0), largest, rtol=1e-5)  # attained inside the range

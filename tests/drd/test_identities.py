@@ -15,6 +15,7 @@ from scipy.stats import multivariate_normal
 from skgpx.drd._bases import DenseAxis, FourierAxis, GridFactor, se_correlation
 from skgpx.drd._core import (
     Conditional,
+    FrozenLaplaceLogdet,
     fisher_curvature,
     laplace_logdet,
     link,
@@ -294,6 +295,10 @@ def test_fisher_closed_form_is_the_trace_formula_and_minus_a_hessian(name, smoot
     DG = link(u, name).sqrt()[:, None] * torch.tensor(_dense(G))  # C = DG DG^T, factorised path
     np.testing.assert_allclose(fisher_curvature(cond, X, None, link_log_slope(u, name), DG).numpy(),
                                W, rtol=1e-10, atol=1e-12)
+    XC = X @ C  # the rows X C passed by the caller (the solver's axis-product route)
+    np.testing.assert_allclose(
+        fisher_curvature(cond, X, None, link_log_slope(u, name), XC_A=XC).numpy(), W,
+        rtol=1e-10, atol=1e-12)
     # 1/2 tr(S^-1 dS_i S^-1 dS_j) with dS by autograd
     dS = torch.autograd.functional.jacobian(sigma, u).numpy()  # (n, n, p)
     Si = np.linalg.inv(sigma(u).numpy())
@@ -363,6 +368,35 @@ def test_laplace_identity_three_forms(rank):
     logdet = laplace_logdet(torch.tensor(Phi), torch.tensor(W))
     expected = np.linalg.slogdet(np.eye(p) + Phi @ Phi.T @ W)[1]
     np.testing.assert_allclose(float(logdet), expected, rtol=1e-10)
+
+
+def test_frozen_laplace_logdet_truncation_is_within_its_bound():
+    """The truncated log|I + D W D| is below the exact one by at most ``tol`` for every
+    ``D <= D_max``; without truncation (small r, or an indefinite W) it is exact."""
+    rng = np.random.default_rng(12)
+    r = 300
+    # a PSD W with a fast-decaying spectrum, so that truncation pays
+    Q = np.linalg.qr(rng.standard_normal((r, r)))[0]
+    W = (Q * (10.0 * 0.9 ** np.arange(r))) @ Q.T
+    d_max = np.exp(rng.uniform(-1, 1, r))
+    tol = 1e-4
+    logdet = FrozenLaplaceLogdet(torch.tensor(W), torch.tensor(d_max), tol=tol)
+    assert 0 < logdet.rank <= r // 2
+    for scale in (1.0, 0.3, rng.uniform(0, 1, r)):
+        d = d_max * scale
+        exact = np.linalg.slogdet(np.eye(r) + d[:, None] * W * d[None, :])[1]
+        approx = float(logdet(torch.tensor(d)))
+        assert 0.0 <= exact - approx <= tol
+    # the bound is not vacuous: a larger tolerance drops enough to show an error
+    coarse = FrozenLaplaceLogdet(torch.tensor(W), torch.tensor(d_max), tol=1.0)
+    exact = np.linalg.slogdet(np.eye(r) + d_max[:, None] * W * d_max[None, :])[1]
+    assert 1e-3 < exact - float(coarse(torch.tensor(d_max))) <= 1.0
+    # an indefinite W keeps the full matrix, exactly
+    small = W - 0.01 * np.eye(r)
+    full = FrozenLaplaceLogdet(torch.tensor(small), torch.tensor(0.5 * np.ones(r)))
+    assert full.rank == r
+    np.testing.assert_allclose(float(full(torch.tensor(0.5 * np.ones(r)))),
+                               np.linalg.slogdet(np.eye(r) + 0.25 * small)[1], rtol=1e-12)
 
 
 # ------------------------------------------------------------------ 6. posterior
