@@ -112,6 +112,15 @@ class Conditional:
             return cholesky_solve(self.L, R)
         return (R - self.Z @ cholesky_solve(self.L, self.Z.T @ R)) / self.noise_var
 
+    def quadratic_form(self, X, gram=None):
+        """``X^T S_n^-1 X`` for ``X`` (n, k).  In the primal form, given ``gram = X^T X``, it
+        is ``(X^T X - V^T V) / s2`` with ``V = L^-1 Z^T X`` (push-through identity), which
+        costs ``O(k^2 m)`` instead of ``O(k^2 n)``."""
+        if self.dual or gram is None:
+            return X.T @ self.solve_evidence(X)
+        V = solve_lower(self.L, self.Z.T @ X)
+        return torch.addmm(gram, V.T, V, alpha=-1.0).div_(self.noise_var)
+
     def draw(self, prior_draws, noise_draws):
         """Posterior draws of ``a`` from prior draws ``a0`` (m, S) and unit noise (n, S).
 
@@ -138,7 +147,7 @@ def link_log_slope(u, name):
     return torch.sigmoid(u) / torch.nn.functional.softplus(u)
 
 
-def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None, XC_A=None):
+def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None, XC_A=None, gram_A=None):
     """Fisher information of ``u`` on the positions ``A`` (spec Sec. 4)::
 
         W_F = 1/4 (s s^T) o [ (C A) o (C A)^T + A o (C A C) ],   A = X_A^T S_n^-1 X_A,
@@ -149,19 +158,29 @@ def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None, XC_A=None):
     and ``CA = DG (Y^T S_n^-1 X)``, ``CAC = DG (Y^T S_n^-1 Y) DG^T`` with ``Y = X_A DG_A`` cost
     ``O(p'^2 m)``.  ``XC_A`` (n x p') passes the rows ``X_A C_AA`` instead of ``C_AA`` when
     the caller has a cheaper product (a Fourier factor: ``D G G^T D`` by FFT-sized products).
+    ``gram_A = X_A^T X_A`` makes ``A`` a rank-m correction of it in the primal form
+    (:meth:`Conditional.quadratic_form`).
     """
     SX = cond.solve_evidence(X_A)
-    A = X_A.T @ SX
+    A = X_A.T @ SX if gram_A is None else cond.quadratic_form(X_A, gram_A)
+    # the factors 1/4 go into the small middle matrices, and every p' x p' array is written
+    # once: each pass over one costs as much as the products
     if DG_A is not None:
         Y = X_A @ DG_A
-        CA = DG_A @ (Y.T @ SX)
-        CAC = DG_A @ (Y.T @ cond.solve_evidence(Y)) @ DG_A.T
+        M = 0.5 * (Y.T @ SX)  # CA / 2 = DG M
+        half_CA = DG_A @ M
+        half_AC = M.T @ DG_A.T  # its transpose as a product of its own: no strided copy
+        quarter_CAC = DG_A @ (0.25 * (Y.T @ cond.solve_evidence(Y))) @ DG_A.T
+        W = half_CA.mul_(half_AC)
     else:
-        Q = X_A @ C_AA if XC_A is None else XC_A  # rows of X C; CA = Q^T S^-1 X, CAC = Q^T S^-1 Q
-        CA = Q.T @ SX
-        CAC = Q.T @ cond.solve_evidence(Q)
-    W = 0.25 * (CA * CA.T + A * CAC)
-    return slope_A[:, None] * W * slope_A[None, :]
+        Q = 0.5 * (X_A @ C_AA if XC_A is None else XC_A)  # rows of X C / 2
+        half_CA = Q.T @ SX
+        quarter_CAC = Q.T @ cond.solve_evidence(Q)
+        W = half_CA * half_CA.T
+    W.addcmul_(A, quarter_CAC)
+    if not bool((slope_A == 1).all()):  # s = 1 for the exp link
+        W.mul_(slope_A[:, None]).mul_(slope_A[None, :])
+    return W
 
 
 def laplace_logdet(Phi_A, W):

@@ -295,6 +295,10 @@ def test_fisher_closed_form_is_the_trace_formula_and_minus_a_hessian(name, smoot
     DG = link(u, name).sqrt()[:, None] * torch.tensor(_dense(G))  # C = DG DG^T, factorised path
     np.testing.assert_allclose(fisher_curvature(cond, X, None, link_log_slope(u, name), DG).numpy(),
                                W, rtol=1e-10, atol=1e-12)
+    if not cond.dual:  # A as a rank-m correction of X^T X (the solver's primal route)
+        np.testing.assert_allclose(
+            fisher_curvature(cond, X, None, link_log_slope(u, name), DG,
+                             gram_A=X.T @ X).numpy(), W, rtol=1e-9, atol=1e-11)
     XC = X @ C  # the rows X C passed by the caller (the solver's axis-product route)
     np.testing.assert_allclose(
         fisher_curvature(cond, X, None, link_log_slope(u, name), XC_A=XC).numpy(), W,
@@ -417,6 +421,10 @@ def test_posterior_equals_direct_conditioning(p, n):
     DG = np.sqrt(np.exp(u.numpy()))[:, None] * _dense(G)
     np.testing.assert_allclose(DG @ cond.mean.numpy(), mean, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(DG @ cond.covariance().numpy() @ DG.T, cov, rtol=1e-9, atol=1e-12)
+    quadratic = Xn.T @ np.linalg.solve(Sy, Xn)  # X^T S_n^-1 X, with and without X^T X
+    for gram in (None, X.T @ X):
+        np.testing.assert_allclose(cond.quadratic_form(X, gram).numpy(), quadratic, rtol=1e-9,
+                                   atol=1e-10)
     Xq = torch.tensor(np.random.default_rng(11).standard_normal((5, p)))
     Zq = (Xq * link(u, "exp").sqrt()) @ torch.tensor(_dense(G))
     np.testing.assert_allclose(cond.variance(Zq).numpy(),
