@@ -50,8 +50,9 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
        variance maximise the Laplace evidence inside a trust box;
     4. the Gaussian posterior of ``w`` given ``u``.
 
-    With the Fourier basis, steps 1 and 3 run as one L-BFGS over the whitened ``u`` and the
-    hyperparameters, with the curvature of step 2 taken at the previous mode (see Notes).
+    With the Fourier basis in float64, once the hyperparameters have settled in their basin,
+    steps 1 and 3 run as one L-BFGS over the whitened ``u`` and the hyperparameters, with the
+    curvature of step 2 taken at the previous mode (see Notes).
 
     With ``basis="fourier"`` both priors use a real Fourier basis on the (padded) grid, products
     go through FFTs and frequencies with negligible spectral weight are dropped, which scales
@@ -84,9 +85,9 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         Stop when the coefficient mean changes by at most ``tol`` relative to its norm.  None
         runs ``max_iter`` iterations.
     u_max_iter : int, default=200
-        L-BFGS iterations of each u-step (of each joint step with the Fourier basis).
+        L-BFGS iterations of each u-step and of each joint step.
     theta_max_iter : int, default=50
-        L-BFGS iterations of each theta-step (dense basis, or ``sparsity=False``).
+        L-BFGS iterations of each theta-step.
     theta_step : float, default=0.5
         Trust box of the theta-step: each logarithm (and ``b`` when ``sparsity=False``) moves
         at most this much per outer iteration.  A parameter that ended at the edge of its box
@@ -158,7 +159,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         The final (Laplace) log evidence, in the units of ``y``.
     scores_ : list of float
         The evidence after each outer iteration (internal units).  With the Fourier basis
-        the first one is the joint density, without the Laplace log-determinant.
+        the first one is the joint density, without the Laplace log-determinant.  It need
+        not rise monotonically: each iteration freezes the curvature at a new mode.
     objective_history_ : list of float
         Same as ``scores_``.
     n_iter_ : int
@@ -196,14 +198,16 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     evaluation ``O(n^2 min(n, m) + n p log p)``; the Laplace step ``O(n p'^2)`` with ``p'``
     the untrimmed positions.
 
-    With the Fourier basis the u-step and the theta-step are one L-BFGS over ``(v, theta)``
-    (``u = b + sqrt(rho) F_l v``), the Laplace curvature frozen at the previous mode.  Its
-    fixed points are those of the alternation, but it moves ``u`` together with ``b`` and
-    ``rho`` along the ridge where the alternation crawls (the evidence keeps rising slowly as
-    irrelevant regions are switched off): 6 to 10 outer iterations instead of 30 to 50.  Its
-    first step starts from the flat ``u = b``, which is no mode, and maximises the joint
-    density; the log-determinant uses a truncated eigendecomposition of the frozen curvature
-    whose error is bounded by ``1e-4``.
+    Joint steps (Fourier basis, float64; a deviation from the spec's alternation, which they
+    accelerate): once a theta-step other than the first ends with every hyperparameter
+    inside its trust box, the u-step and the theta-step become one L-BFGS over ``(v,
+    theta)`` (``u = b + sqrt(rho) F_l v``), the Laplace curvature frozen at the previous
+    mode.  Its fixed points are those of the alternation, but it moves ``u`` together with
+    ``b`` and ``rho`` along the ridge where the alternation crawls (the evidence keeps
+    changing slowly as irrelevant regions are switched off): about 10 outer iterations
+    instead of 30 to 60.  With the Fourier basis the first theta-step maximises the joint
+    density (no Laplace term), and the log-determinant uses a truncated eigendecomposition
+    of the frozen curvature with an error below ``1e-4``.
 
     References
     ----------
