@@ -409,9 +409,11 @@ class Solver:
         return E
 
     def _frozen_logdet(self, W, index, U_axes, radius):
-        """The Laplace log-determinant of the Fourier u-basis with ``W`` projected once on
-        the unscaled basis, ``B^T W B`` (r x r): ``Phi = sqrt(rho) B diag(scales_l)`` depends
-        on theta only through its scales, bounded over the trust box by their maxima."""
+        """``logdet(rho, U) = log|I + Phi^T W Phi|`` with ``W`` frozen, for the theta-step
+        and the joint step.  Dense u-basis: :func:`laplace_logdet` on the support (spec).
+        Fourier: ``W`` projected once on the unscaled basis, ``B^T W B`` (r x r), since
+        ``Phi = sqrt(rho) B diag(scales_l)`` depends on theta only through its scales,
+        bounded over the trust box ``radius`` by their maxima (:class:`FrozenLaplaceLogdet`)."""
         c, s = self.config, self.state
         if c.basis == "dense":  # the spec's form, on the support
             return lambda rho, U: laplace_logdet(rho.sqrt() * U.rows(index), W)
