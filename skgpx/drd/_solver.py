@@ -485,10 +485,11 @@ class Solver:
             logdet = self._frozen_logdet(W, index, U_axes, radius)
         s.log, s.b, E, inside = self.theta_step(u, G_axes, U_axes, logdet, coef)
         # joint steps: Fourier basis in float64 only.  In float32 the joint objective's
-        # rounding (1e-7 of it) is at its stopping tolerance and its ridge moves wander (a
-        # 40-feature fit drifted by thousands of posterior sd); the dense basis keeps the
-        # spec's alternation, whose joint step would need an O(p^3) log-determinant per
-        # evaluation (measured: 1.5-2x faster on p <= 256, but not pursued)
+        # rounding (1e-7 of it) is at its stopping tolerance and its ridge moves wander (on
+        # a 40-feature fit 3.4 posterior sd from float64, against 0.29 under the
+        # alternation); the dense basis keeps the spec's alternation, whose joint step would
+        # need an O(p^3) log-determinant per evaluation (measured 1.5-2x faster on
+        # p <= 256, not adopted)
         s.settled = (inside and s.steps > 0 and c.basis == "fourier"
                      and self.X.dtype == torch.float64)
         s.steps += 1
