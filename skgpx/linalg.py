@@ -27,8 +27,8 @@ __all__ = [
     "solve_care_closed_form",
     "solve_care_kleinman",
     "solve_lower",
-    "spd_logdet",
     "solve_lyapunov_symmetrizable",
+    "spd_logdet",
     "try_cholesky",
 ]
 

@@ -149,9 +149,6 @@ class Solver:
         scaled = self.X * link(u, self.config.link).sqrt()
         return scaled if G is None else G.forward(scaled)
 
-    def prior_variance(self):
-        return link(self.state.u, self.config.link)
-
     def support(self, u=None):
         g = link(self.state.u if u is None else u, self.config.link)
         return g >= self.config.trim_threshold * g.max()
@@ -257,11 +254,15 @@ class Solver:
         return [k for k in _PARAMS if k in self.state.log and c.free(k)
                 and (c.sparsity or k not in ("rho", "l")) and (c.smoothness or k != "lf")]
 
+    def _radius(self, name):
+        """Current trust-box radius of a parameter (its logarithm, or ``b``)."""
+        return self.state.box.get(name, self.config.theta_step)
+
     def _trust_box(self, names, with_b):
         """Radii and the map ``z -> (log theta, b)``, ``log theta = old + radius tanh(z)``
         clamped to the bounds (``b`` last when ``with_b``)."""
         c, s = self.config, self.state
-        radius = [s.box.get(k, c.theta_step) for k in names + ["b"] * with_b]
+        radius = [self._radius(k) for k in names + ["b"] * with_b]
         old = {k: self._t(v) for k, v in s.log.items()}
 
         def unpack(z):
@@ -370,7 +371,7 @@ class Solver:
         v0 = self.whitened(U0, rho0, U_axes)
         logdet = None
         if W is not None:
-            logdet = self._frozen_logdet(W, index, U_axes, dict(zip(names, radius)))
+            logdet = self._frozen_logdet(W, index, U_axes)
         v = v0.clone().requires_grad_(True)
         z = torch.zeros(len(radius), dtype=v.dtype, device=v.device, requires_grad=True)
 
@@ -408,26 +409,31 @@ class Solver:
         s.u, s.u_coef, s.u_axes, s.b = b + B.adjoint(coef), coef, U_axes, b
         return E
 
-    def _frozen_logdet(self, W, index, U_axes, radius):
+    def embedded(self, W, index):
+        """``W`` on the positions ``index`` as a (p, p) matrix, zero elsewhere."""
+        if len(index) == self.p:
+            return W
+        full = W.new_zeros(self.p, self.p)
+        full[index[:, None], index[None, :]] = W
+        return full
+
+    def _frozen_logdet(self, W, index, U_axes):
         """``logdet(rho, U) = log|I + Phi^T W Phi|`` with ``W`` frozen, for the theta-step
         and the joint step.  Dense u-basis: :func:`laplace_logdet` on the support (spec).
         Fourier: ``W`` projected once on the unscaled basis, ``B^T W B`` (r x r), since
         ``Phi = sqrt(rho) B diag(scales_l)`` depends on theta only through its scales,
-        bounded over the trust box ``radius`` by their maxima (:class:`FrozenLaplaceLogdet`)."""
+        bounded over the current trust box by their maxima (:class:`FrozenLaplaceLogdet`)."""
         c, s = self.config, self.state
         if c.basis == "dense":  # the spec's form, on the support
             return lambda rho, U: laplace_logdet(rho.sqrt() * U.rows(index), W)
-        full = W
-        if len(index) < self.p:
-            full = W.new_zeros(self.p, self.p)
-            full[index[:, None], index[None, :]] = W
         B = GridFactor([a.unscaled(W.dtype, W.device) for a in U_axes], c.shape)
-        W_r = B.congruence(full)
+        W_r = B.congruence(self.embedded(W, index))
         W_r = 0.5 * (W_r + W_r.T)
+        free = self._free()
 
         def log_range(name):
             low, high = c.bounds[name]
-            step = radius.get(name, 0.0)
+            step = self._radius(name) if name in free else 0.0
             return (math.exp(max(s.log[name] - step, low)),
                     math.exp(min(s.log[name] + step, high)))
 
@@ -481,8 +487,7 @@ class Solver:
         # from the second
         if c.evidence == "laplace" and (s.steps > 0 or c.basis == "dense"):
             W = self.laplace_curvature(u, G, noise, index, U, rho)
-            radius = {k: s.box.get(k, c.theta_step) for k in self._free()}
-            logdet = self._frozen_logdet(W, index, U_axes, radius)
+            logdet = self._frozen_logdet(W, index, U_axes)
         s.log, s.b, E, inside = self.theta_step(u, G_axes, U_axes, logdet, coef)
         # joint steps: Fourier basis in float64 only.  In float32 the joint objective's
         # rounding (1e-7 of it) is at its stopping tolerance and its ridge moves wander (on
@@ -538,8 +543,7 @@ def latent_laplace_parts(solver):
     G = solver.w_factor(solver.value("lf"), solver.w_axes()) if c.smoothness else None
     index = torch.nonzero(solver.support())[:, 0]
     W = solver.laplace_curvature(s.u, G, noise, index, U, rho)
-    Phi_A = math.sqrt(rho) * U.rows(index)
-    H = Phi_A.T @ W @ Phi_A
+    H = rho * U.congruence(solver.embedded(W, index))  # Phi^T W Phi, axis by axis
     H = 0.5 * (H + H.T) + torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
     L_H, info = torch.linalg.cholesky_ex(H)
     if bool(info.any()):
