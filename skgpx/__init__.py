@@ -1,5 +1,6 @@
 """skgpx: scikit-learn estimators for Gaussian-process-family methods, on PyTorch."""
 
+from ._memory import InsufficientMemoryError
 from .dkp import DeepKernelProcessRegressor
 from .drd import SmoothDRDRegressor
 from .kepsvgp import KEPSVGPClassifier
@@ -12,6 +13,7 @@ __all__ = [
     "DeepKernelProcessRegressor",
     "DeepQEPClassifier",
     "DeepQEPRegressor",
+    "InsufficientMemoryError",
     "KEPSVGPClassifier",
     "PathwiseFunctions",
     "PathwiseGPSampler",

@@ -23,10 +23,21 @@ from sklearn.utils._param_validation import (  # noqa: F401  (re-exported)
     StrOptions,
 )
 
+from ._memory import (  # noqa: F401  (re-exported: families import them from here)
+    InsufficientMemoryError,
+    array_bytes,
+    available_memory,
+    check_memory,
+)
+
 __all__ = [
     "HasMethods",
     "Interval",
     "StrOptions",
+    "InsufficientMemoryError",
+    "array_bytes",
+    "available_memory",
+    "check_memory",
     "CPUPickleMixin",
     "ProbabilisticClassifierMixin",
     "TorchEstimatorMixin",

@@ -476,3 +476,25 @@ def solve_care(alpha, U, Q, *, method="auto", initial=None, reg=0.0, max_iter=20
             "noise_variance, dof or mirror_reg."
         ) from err
     return G, {"method": "kleinman", "n_iter": n_iter, "converged": converged}
+
+
+# Matrix-free Krylov solves (issue 14): chunked kernel operator, preconditioners, block CG.
+from ._krylov import (  # noqa: E402
+    CGResult,
+    ConjugateGradientError,
+    JacobiPreconditioner,
+    KernelOperator,
+    PivotedCholeskyPreconditioner,
+    block_cg,
+    pivoted_cholesky,
+)
+
+__all__ += [
+    "CGResult",
+    "ConjugateGradientError",
+    "JacobiPreconditioner",
+    "KernelOperator",
+    "PivotedCholeskyPreconditioner",
+    "block_cg",
+    "pivoted_cholesky",
+]

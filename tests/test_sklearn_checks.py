@@ -25,6 +25,15 @@ CHECKED = [
         random_state=0,
     ),
     PathwiseGPSampler(method="weight_space", n_features=64, shared_basis=False),
+    # sparse mode (issue 14): k-means++ inducing points, a learnt noise level and learnt Z,
+    # and the CG solver at fixed hyperparameters with a pivoted-Cholesky preconditioner
+    PathwiseGPSampler(ConstantKernel(1.0) * Matern(1.0, nu=2.5) + WhiteKernel(0.1),
+                      n_inducing=16, optimize_inducing=True, normalize_y=True, random_state=0),
+    PathwiseGPSampler(ConstantKernel(1.0) * Matern(1.0, nu=2.5) + WhiteKernel(0.1),
+                      n_inducing=16, optimizer="adam", minibatch_size=32, max_iter=50,
+                      learning_rate=0.05, random_state=0),
+    PathwiseGPSampler(WhiteKernel(0.1) + Matern(1.0, nu=1.5), optimizer=None, solver="cg",
+                      cg_preconditioner_rank=20, cg_tol=1e-8),
     DeepKernelProcessRegressor(),
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),

@@ -13,6 +13,8 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    array_bytes,
+    check_memory,
     check_n_samples,
     column_standardisation,
     deterministic_fit_generator,
@@ -36,6 +38,33 @@ _ADVICE = (
     "increase jitter, noise_variance, dof or mirror_reg (or standardise the inputs with "
     "normalize_X=True)"
 )
+_EXACT_NOTE = (
+    "the point solver is exact in the number of training rows P (no inducing-point "
+    "approximation), so its memory grows as P^2 and its time as P^3"
+)
+
+
+def _fit_bytes(n_rows, n_layers, dtype):
+    """Peak bytes of a fit on ``n_rows`` rows: ``14 + 12 L`` torch ``P x P`` buffers (the
+    hidden Grams, their sum kernels, cached kernel matrices, Cholesky factors and inverses
+    shared between sweeps, and the CARE solver's work arrays) and ``L + 1`` float64 numpy
+    copies in ``gram_matrices_``.  The counts are peak resident sizes measured on fits of
+    1500 and 2200 rows with 0 to 3 layers and every objective (13.4, 28.4, 39.4 and 52.4
+    buffers for L = 0, 1, 2, 3)."""
+    square = array_bytes(n_rows, n_rows, dtype=dtype)
+    return (14 + 12 * n_layers) * square + (n_layers + 1) * array_bytes(n_rows, n_rows)
+
+
+def _test_bytes(n_test, n_train, n_layers, dtype, numpy_copies=1):
+    """Peak bytes of a joint prediction at ``n_test`` rows: ``5 + L`` torch ``n x n`` blocks
+    (the test Gram of every layer, kept until the end, and the kernel, sum-kernel and
+    symmetrised blocks of the layer being propagated; the eigendecomposition of
+    ``sample_y``), ``numpy_copies`` float64 ``n x n`` results, and ``4 + 2 L`` ``n x P``
+    cross blocks.  Measured (float64): 5.3, 7.7 and 9.7 ``n x n`` buffers for L = 0, 2, 4
+    at 3000 test rows, for ``sample_y`` and ``predict(return_cov=True)`` alike."""
+    square = array_bytes(n_test, n_test, dtype=dtype)
+    return ((5 + n_layers) * square + numpy_copies * array_bytes(n_test, n_test)
+            + (4 + 2 * n_layers) * array_bytes(n_test, n_train, dtype=dtype))
 
 
 class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -179,7 +208,10 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     -----
     One sweep costs about 20-30 ``P^3`` flops per hidden layer (Cholesky factors,
     matrix products and one symmetric eigendecomposition for the Riccati equation)
-    and ``O(L P^2)`` memory; prediction costs ``O(P_t P^2 L)``.  The layer update
+    and ``O(L P^2)`` memory: about ``(15 + 13 L) P^2`` floats at the peak, which ``fit``
+    checks against the memory available (``SKGPX_MEMORY_LIMIT`` caps it) before any torch
+    work, raising :class:`~skgpx.InsufficientMemoryError` when it cannot fit; prediction
+    costs ``O(P_t P^2 L)``.  The layer update
     solves, for ``r = nu_{l+1} / nu_l`` and ``alpha = 1/2`` (``'dkp'``) or 0 (``'dgp'``),
 
     .. math::
@@ -379,6 +411,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             For non-finite or mis-shaped input, fewer than 2 samples or bad ``dof``.
         NotPositiveDefiniteError
             If a matrix stays non positive definite after three jitter increases.
+        InsufficientMemoryError
+            At once, before any torch work, when the ``P x P`` matrices of the fit cannot
+            fit in the memory available on the device.
         """
         self._validate_params()
         X, y = validate_data(
@@ -387,6 +422,15 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         )
         dof = self._resolve_dof()
         device, dtype = self._fit_device_dtype()
+        n_rows = X.shape[0]
+        check_memory(
+            _fit_bytes(n_rows, self.n_layers, dtype),
+            what=(f"DeepKernelProcessRegressor.fit on {n_rows} rows ({n_rows} x {n_rows} Gram "
+                  f"matrices, sum kernels and factors, {self.n_layers} hidden layers)"),
+            way_out=(f"fit on fewer rows (a random subsample), or on a GPU (device='cuda'); "
+                     f"{_EXACT_NOTE}"),
+            device=device,
+        )
         config = self._config(dof)
         if self.tol is not None and self.objective == "dgp":
             warnings.warn(
@@ -504,8 +548,27 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
     # ------------------------------------------------------------- predict
 
-    def _test_tensor(self, X):
+    def _test_tensor(self, X, joint=None):
+        """Standardised test inputs on ``device_``; ``joint`` names a method that forms
+        ``n x n`` blocks over the rows, whose memory is checked first."""
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        if joint is not None:
+            n_test = X.shape[0]
+            # float64 numpy n x n results: one per target of the covariance, one per layer
+            # of predict_grams; for sample_y the work array of its eigendecomposition
+            copies = {"sample_y": 1, "predict_grams(full=True)": self.n_layers + 1}.get(
+                joint, 1 if self._single_target() else self.y_train_.shape[1])
+            check_memory(
+                _test_bytes(n_test, self.X_train_.shape[0], self.n_layers,
+                            self._state.inputs.dtype, copies),
+                what=(f"DeepKernelProcessRegressor.{joint} on {n_test} rows (joint "
+                      f"{n_test} x {n_test} covariances)"),
+                way_out=("ask for fewer query rows per call (split X into chunks: joint "
+                         "draws or covariances are then joint within each chunk only), use "
+                         "predict(X, return_std=True) for marginals, or a GPU "
+                         "(device='cuda' at fit)"),
+                device=self.device_,
+            )
         X = (np.asarray(X, dtype=np.float64) - self._x_mean) / self._x_scale
         return self._as_tensor(X, self.device_, self._state.inputs.dtype)
 
@@ -531,11 +594,17 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             Only with ``return_std``.
         y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets)
             Only with ``return_cov``.
+
+        Raises
+        ------
+        InsufficientMemoryError
+            With ``return_cov``, before any torch work, when the ``n x n`` blocks cannot
+            fit in the memory available on ``device_``.
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self)
-        test = self._test_tensor(X)
+        test = self._test_tensor(X, joint="predict(return_cov=True)" if return_cov else None)
         if return_cov:
             mean, cov = propagate(self._cache, test, full=True)
             cov = to_numpy(cov)
@@ -576,10 +645,16 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Returns
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
+
+        Raises
+        ------
+        InsufficientMemoryError
+            Before any torch work, when the joint ``n x n`` blocks cannot fit in the
+            memory available on ``device_``.
         """
         check_is_fitted(self)
         n_samples = check_n_samples(n_samples)
-        test = self._test_tensor(X)
+        test = self._test_tensor(X, joint="sample_y")
         mean, cov = propagate(self._cache, test, full=True)
         noise = float(self._state.weights[-1][1])
         cov = cov - noise * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
@@ -611,6 +686,6 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             shape (n_samples,) or (n_samples, n_samples), on the standardised scale.
         """
         check_is_fitted(self)
-        test = self._test_tensor(X)
+        test = self._test_tensor(X, joint="predict_grams(full=True)" if full else None)
         _, _, layers = propagate(self._cache, test, full=full, grams=True)
         return [(to_numpy(cross), to_numpy(block)) for cross, block in layers]

@@ -14,6 +14,8 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    array_bytes,
+    check_memory,
     check_n_samples,
     deterministic_fit_generator,
     progress_bar,
@@ -24,13 +26,47 @@ from .._base import (
 from ..linalg import inverse_softplus
 from ._core import link
 from ._posterior import FittedPosterior, LatentLaplace, conditional_given_u
-from ._solver import Config, Solver, State, latent_laplace_parts
+from ._solver import Config, Solver, State, _circle_axes, latent_laplace_parts
 
 __all__ = ["SmoothDRDRegressor"]
 
 _DENSE_MAX_FEATURES = 2048  # basis="auto": dense SE factors up to this many features
 _COVARIANCE_MAX_FEATURES = 1024  # compute_covariance="auto": store sigma_ up to this size
 _RHO_BOUNDS = (1e-6, 1e6)
+
+
+def _fit_bytes(config, n_rows, u_rank, w_rank, keep_covariance, dtype):
+    """Peak bytes of a fit, as numbers of ``dtype`` arrays.
+
+    ``p`` features on a grid of axes ``N_a`` (padded to ``M_a`` for the Fourier basis), ``r``
+    the u-basis rank and ``m`` the rank of the smoothness factor (both from the initial
+    length scales; ``r = m = p`` for the dense basis):
+
+    * with ``sparsity``, the Laplace curvature ``W`` (p' x p') and its Fisher and log-determinant
+      work arrays: ``9 p^2`` dense (``Phi = U[A]`` is p x p), ``4 p^2 + 3 r^2`` Fourier (the
+      projected ``B^T W B`` and its truncated eigendecomposition);
+    * dense SE factors, built under autograd in the theta-step: ``13 sum_a N_a^2``;
+    * ``sigma_`` when stored: ``5 p^2`` (after the fit's peak, so the larger of the two counts);
+    * the evidence covariance ``min(n, m)^2`` twice, and ``10 n p`` (dense) or ``5 n prod(M_a)``
+      (Fourier: FFTs on the padded grid) for the designs under autograd.
+
+    The counts are peak resident sizes measured on fits of 1-D grids of 1000 features and
+    2-D grids of 10 x 10 to 64 x 64, 100 to 20000 rows, both bases (within 30%).
+    """
+    p = math.prod(config.shape)
+    square = 0
+    if config.sparsity:
+        square = 9 * p * p if config.basis == "dense" else 4 * p * p + 3 * u_rank * u_rank
+    if config.basis == "dense" and (config.sparsity or config.smoothness):
+        square += 13 * sum(n * n for n in config.shape)
+    if keep_covariance:
+        square = max(square, 5 * p * p)
+    side = min(n_rows, w_rank)
+    if config.basis == "dense":
+        rows = 10 * n_rows * p
+    else:
+        rows = 5 * n_rows * math.prod(n + pad for n, pad in zip(config.shape, config.pad))
+    return array_bytes(square + 2 * side * side + rows, dtype=dtype)
 
 
 class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -196,7 +232,10 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     Fourier basis keeps the frequencies that the coming theta-step can need (down to
     ``l_f exp(-theta_step)``), chosen again at each outer iteration.  Cost per u-step
     evaluation ``O(n^2 min(n, m) + n p log p)``; the Laplace step ``O(n p'^2)`` with ``p'``
-    the untrimmed positions.
+    the untrimmed positions.  Memory is ``O(p^2)`` with ``sparsity`` (the Laplace curvature of
+    ``u``, either basis) and with the dense basis on a 1-D grid; ``fit`` checks its estimate
+    against the memory available (``SKGPX_MEMORY_LIMIT`` caps it) before any torch work and
+    raises :class:`~skgpx.InsufficientMemoryError` when it cannot fit.
 
     Joint steps (Fourier basis, float64; a deviation from the spec's alternation, which they
     accelerate): once a theta-step other than the first ends with every hyperparameter
@@ -327,6 +366,41 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
             theta_max_iter=self.theta_max_iter, bounds=bounds,
         ), extent
 
+    def _initial_lengths(self, extent):
+        """Initial ``l`` (of ``u``) and ``l_f``, in grid units, clipped to their bounds."""
+        l0 = extent / 10.0 if self.length_scale_init is None else float(self.length_scale_init)
+        return (min(max(l0, 1.0), max(extent, 1.0)),
+                min(max(float(self.smoothness_length_scale_init), 0.5), max(extent, 0.5)))
+
+    def _check_memory(self, config, extent, n_rows, device, dtype):
+        """Raise InsufficientMemoryError before any torch work when the fit cannot fit."""
+        length, smoothness_length = self._initial_lengths(extent)
+
+        def rank(length, low):  # the bases the first iteration builds (Solver.u_axes)
+            low = math.exp(max(math.log(length) - config.theta_step, low))
+            return math.prod(axis.rank for axis in _circle_axes(config, low, config.basis))
+
+        p = math.prod(config.shape)
+        u_rank = rank(length, config.bounds["l"][0]) if config.sparsity else 0
+        w_rank = rank(smoothness_length, config.bounds["lf"][0]) if config.smoothness else p
+        keep = self.compute_covariance is True or (
+            self.compute_covariance == "auto" and p <= _COVARIANCE_MAX_FEATURES)
+        way_out = []
+        if config.basis == "dense":
+            way_out.append("use basis='fourier' (no dense p x p prior factors)")
+        way_out.append("use fewer features (a coarser grid: average neighbouring pixels)")
+        if config.sparsity:
+            way_out.append("sparsity=False (no p x p Laplace curvature of u)")
+        if keep:
+            way_out.append("compute_covariance=False")
+        way_out.append("fit on a GPU (device='cuda')")
+        check_memory(
+            _fit_bytes(config, n_rows, u_rank, w_rank, keep, dtype),
+            what=(f"SmoothDRDRegressor.fit with basis={config.basis!r} on {n_rows} rows of "
+                  f"{p} features (a grid of shape {config.shape})"),
+            way_out="; or ".join(way_out), device=device,
+        )
+
     def _initial_state(self, config, extent, X, y):
         n, p = X.shape
         # ridge (lambda = 1) in the cheaper of its two forms
@@ -339,12 +413,11 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         variance = max(float((w**2).mean()), 1e-12)
         b = math.log(variance) if self.link == "exp" else float(inverse_softplus(variance))
         noise_floor = self.noise_floor * max(float(y.var(unbiased=False)), 1.0)
-        l0 = extent / 10.0 if self.length_scale_init is None else float(self.length_scale_init)
+        length, smoothness_length = self._initial_lengths(extent)
         log = {
             "rho": 0.0,
-            "l": math.log(min(max(l0, 1.0), max(extent, 1.0))),
-            "lf": math.log(min(max(float(self.smoothness_length_scale_init), 0.5),
-                               max(extent, 0.5))),
+            "l": math.log(length),
+            "lf": math.log(smoothness_length),
             "noise": math.log(max(0.5 * float(y.var(unbiased=False)), noise_floor)),
         }
         config.bounds["noise"] = (math.log(noise_floor), math.inf)
@@ -370,6 +443,9 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         ValueError
             For non-finite or mis-shaped input, fewer than 2 samples, or a ``coef_shape``
             that does not match ``n_features``.
+        InsufficientMemoryError
+            At once, before any torch work, when the fit's ``p x p`` (and ``n x p``) arrays
+            cannot fit in the memory available on the device.
         """
         self._validate_params()
         X, y = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2,
@@ -377,6 +453,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         shape = self._grid_shape(X.shape[1])
         device, dtype = self._fit_device_dtype()
         config, extent = self._config(shape)
+        self._check_memory(config, extent, X.shape[0], device, dtype)
 
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)

@@ -11,7 +11,8 @@ from skorch import NeuralNet
 from skorch.callbacks import LRScheduler
 
 from .._base import (
-    Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin, check_n_samples,
+    Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin, array_bytes,
+    check_memory, check_n_samples,
     column_standardisation, cpu_generator, draw_seed, encode_classes, fenced_global_rng,
     standard_normal, to_numpy, to_probabilities,
 )
@@ -34,6 +35,28 @@ class _KEPNet(NeuralNet):
                 "smaller lr or eta."
             )
         return loss
+
+
+def _attention_bytes(batch, n_tokens, *, n_heads, d_model, depth, softmax_layers, dropout,
+                     token_mix, training, dtype):
+    """Peak bytes of one batch through the network.
+
+    Each softmax-attention block forms ``(batch, heads, N, N)`` weights (the KEP blocks form
+    nothing ``N x N``).  Training keeps one per softmax block for the backward pass, two
+    with dropout, plus one in flight; prediction (no graph) holds two at once.  Besides them
+    ``24 depth`` activations of ``(batch, N, d_model)``, and for the concatenation merge
+    without ``concat_rank`` the ``N x 2N`` token mixing with its gradient and two Adam
+    moments.  Measured peaks (64 rows, 128 and 256 tokens, 0 to 3 softmax blocks, with
+    and without dropout) were within 10% of these counts or below them.
+    """
+    scores = array_bytes(batch, n_heads, n_tokens, n_tokens, dtype=dtype)
+    if training:
+        copies = (softmax_layers + 1 + softmax_layers * (dropout > 0)) if softmax_layers else 0
+    else:
+        copies = 2 if softmax_layers else 0
+    activations = 24 * depth * array_bytes(batch, n_tokens, d_model, dtype=dtype)
+    mixing = (8 if training else 2) * array_bytes(n_tokens, n_tokens, dtype=dtype)
+    return copies * scores + activations + (mixing if token_mix else 0)
 
 
 class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEstimatorMixin,
@@ -205,6 +228,34 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         return tokenizer_geometry(self.tokenizer, n_features, self.image_shape,
                                   self.patch_size, self.token_dim)
 
+    def _check_memory(self, method, n_rows, n_tokens, merge, device, dtype, training):
+        """Raise InsufficientMemoryError before any torch work when one batch of ``method``
+        (``"fit"`` or ``"prediction"``) cannot fit: softmax attention is quadratic in the
+        tokens."""
+        batch = min(self.batch_size, n_rows)
+        softmax_layers = self.depth - self.kep_layers
+        token_mix = merge == "concat" and self.concat_rank is None and self.kep_layers > 0
+        way_out = ["use a smaller batch_size"]
+        if softmax_layers:
+            way_out.append(f"more KEP layers (kep_layers={self.depth} leaves no softmax "
+                           "attention, whose weights are quadratic in the tokens)")
+        if token_mix:
+            way_out.append("a concat_rank (the concat merge's token mixing is N x 2N)")
+        way_out.append("fewer tokens per row (" + {
+            "features": "fewer features", "patches": "a larger patch_size",
+            "sequence": "a larger token_dim"}[self.tokenizer] + ")")
+        way_out.append("a GPU (device='cuda')")
+        check_memory(
+            _attention_bytes(batch, n_tokens, n_heads=self.n_heads, d_model=self.d_model,
+                             depth=self.depth, softmax_layers=softmax_layers,
+                             dropout=self.dropout, token_mix=token_mix, training=training,
+                             dtype=dtype),
+            what=(f"KEPSVGPClassifier {method} on batches of {batch} rows of {n_tokens} "
+                  f"tokens ({softmax_layers} softmax-attention block"
+                  f"{'' if softmax_layers == 1 else 's'} of {self.n_heads} heads)"),
+            way_out="; or ".join(way_out), device=device,
+        )
+
     def _scaling(self, X):
         # feature tokens are standardised per column, image and sequence values as a whole
         return column_standardisation(X if self.tokenizer == "features" else X.reshape(-1, 1))
@@ -225,19 +276,24 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         ------
         ValueError
             For fewer than two classes, or an architecture or tokenizer that does not fit.
+        InsufficientMemoryError
+            At once, before any torch work, when one batch (softmax attention is quadratic
+            in the tokens) cannot fit in the memory available on the device.
         """
         self._validate_params()
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
         classes, codes = encode_classes(self, y)
         n_tokens, details = self._check_architecture(X.shape[1])
         device, dtype = self._fit_device_dtype()
+        merge = self.merge if self.merge != "auto" else (
+            "concat" if self.tokenizer == "patches" else "add")
+        total_tokens = n_tokens + (self.pooling == "cls")
+        self._check_memory("fit", X.shape[0], total_tokens, merge, device, dtype, training=True)
         rng = check_random_state(self.random_state)
         train_seed, self.mc_seed_ = draw_seed(rng), draw_seed(rng)
         self.classes_ = classes
         self._X_mean, self._X_scale = self._scaling(X)
-        merge = self.merge if self.merge != "auto" else (
-            "concat" if self.tokenizer == "patches" else "add")
-        self.n_tokens_ = n_tokens + (self.pooling == "cls")
+        self.n_tokens_ = total_tokens
         self.rank_ = min(self.rank, self.n_tokens_, self.d_model // self.n_heads)
         Xt = self._as_tensor((X - self._X_mean) / self._X_scale, device, dtype)
         yt = torch.tensor(codes, device=device)
@@ -297,6 +353,8 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         no KEP layer (every draw is the same network)."""
         X = validate_data(self, X, reset=False, dtype=np.float64)
         device, dtype = self._current_device_dtype()
+        self._check_memory("prediction", X.shape[0], self.n_tokens_, None, device, dtype,
+                           training=False)
         Xt = self._as_tensor((X - self._X_mean) / self._X_scale, device, dtype)
         draws = self._draws(n_samples, seed)
         distinct = n_samples if draws else 1

@@ -1,32 +1,31 @@
 """PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws."""
 
-import sys
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.optimize
 import torch
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin, clone
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel
-from sklearn.utils import check_random_state
+from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    check_memory,
     check_n_samples,
     column_standardisation,
     cpu_generator,
     draw_seed,
-    progress_bar,
+    rows_per_chunk,
     to_numpy,
 )
 from ..kernels import TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
+from . import _sparse
 from ._exact import (
+    CGSolver,
     clip_negative_variance,
     lml_from_factor,
     log_marginal_likelihood,
@@ -34,7 +33,14 @@ from ._exact import (
     predictive_mean_var,
 )
 from ._functions import sklearn_layout
+from ._optimize import optimize_exact, optimize_sparse
 from ._sampling import Posterior, draw_exact, draw_functions
+from ._sparse import (
+    check_sparse_noise,
+    elbo_value_and_grad,
+    fit_factors,
+    initial_inducing_points,
+)
 
 
 class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -85,16 +91,40 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     method : {"pathwise", "weight_space"}, default="pathwise"
         ``"weight_space"`` draws from Bayesian linear regression on the ``F`` features
         (a baseline that suffers variance starvation when ``n >> F``).
-    optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
-        Maximises the log marginal likelihood over the kernel's ``theta`` (log scale,
-        within its bounds) with torch-autograd gradients.  A callable has
-        scikit-learn's signature ``optimizer(obj_func, initial_theta, bounds) ->
-        (theta_opt, func_min)``.  None keeps the kernel's hyperparameters.
+    inducing_points : array-like of shape (n_inducing, n_features), default=None
+        Inducing inputs ``Z`` of the sparse mode (their starting value when
+        ``optimize_inducing``).  Setting this or ``n_inducing`` turns on sparse mode:
+        Titsias' collapsed bound (SGPR) replaces the exact likelihood, and the draws
+        use the decoupled update on ``k(., Z)`` (Wilson et al., 2020, Sec. 4).
+    n_inducing : int, default=None
+        Number of inducing inputs ``m``, picked from the training rows by k-means++
+        seeding (seeded by ``random_state``; on a random subset of at most
+        ``max(4096, 10 m)`` rows), or a random subset of rows when ``m >= n/2``.
+        Capped at ``n``.  Costs ``O(n m^2)`` per bound evaluation and
+        ``O(m^2 + chunk * m)`` memory: the bound is summed over row chunks.
+    optimize_inducing : bool, default=False
+        Learn the inducing inputs along with the kernel hyperparameters.
+    optimizer : "fmin_l_bfgs_b", "adam", callable or None, default="fmin_l_bfgs_b"
+        Maximises the log marginal likelihood (sparse mode: the collapsed bound) over
+        the kernel's ``theta`` (log scale, within its bounds) with torch-autograd
+        gradients.  ``"adam"`` takes ``max_iter`` torch Adam steps of size
+        ``learning_rate`` (on mini-batches of the uncollapsed bound when
+        ``minibatch_size`` is set).  A callable has scikit-learn's signature
+        ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)``
+        (``initial_theta`` then also holds the flattened inducing inputs when they
+        are learnt).  None keeps the kernel's hyperparameters.
     n_restarts_optimizer : int, default=0
         Extra optimizer runs from initial ``theta`` drawn uniformly (log scale) within
         the bounds, which must then be finite.
     max_iter : int, default=200
-        Maximum L-BFGS-B iterations per optimizer run.
+        Maximum L-BFGS-B iterations per optimizer run, or Adam steps.
+    learning_rate : float, default=0.01
+        Adam's step size (``optimizer="adam"``).
+    minibatch_size : int, default=None
+        Sparse mode with ``optimizer="adam"`` only: rows per Adam step of the
+        uncollapsed SVGP bound (Hensman et al., 2013), for data that one pass per step
+        cannot afford.  None uses the collapsed bound on all rows.  The final ``q(u)``
+        is always the optimal collapsed one at the learnt hyperparameters.
     normalize_y : bool, default=False
         Standardise each target (mean 0, std 1) before fitting; predictions and draws
         are transformed back.
@@ -103,6 +133,24 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         ``WhiteKernel`` noise but not ``alpha`` (scikit-learn's semantics), ``"latent"``
         adds none, ``"observed"`` adds the ``WhiteKernel`` noise and a scalar ``alpha``.
         :meth:`sample_functions` always draws latent functions.
+    solver : {"auto", "cholesky", "cg"}, default="auto"
+        Exact-mode solves with ``K_A = K + diag(noise)``: a Cholesky factor
+        (``O(n^3)`` time, ``O(n^2)`` memory), or preconditioned block conjugate
+        gradients on kernel products formed in row chunks (``O(n^2)`` time per
+        iteration, ``O(chunk * n)`` memory).  ``"auto"`` is Cholesky up to
+        ``cholesky_max_n`` rows.  CG serves prediction and draws at fixed
+        hyperparameters (``optimizer=None``); to fit hyperparameters on more rows,
+        use sparse mode (``n_inducing``).
+    cholesky_max_n : int, default=8000
+        Largest ``n`` that ``solver="auto"`` factorises (512 MB in float64).
+    cg_tol : float, default=1e-4
+        Relative residual at which CG stops, per right-hand side.
+    cg_max_iter : int, default=1000
+        Largest number of CG iterations; a ``ConvergenceWarning`` says when it is hit.
+    cg_preconditioner_rank : int, default=0
+        0 preconditions CG with the diagonal of ``K_A`` (Jacobi); ``r > 0`` with a
+        rank-``r`` pivoted Cholesky factor plus the noise (Woodbury), which cuts the
+        iterations on smooth kernels with little noise.
     jitter : float, default=1e-8
         First jitter (relative to the mean diagonal) tried when a kernel matrix fails
         to factorise; it grows tenfold up to ``1e-3``.  Always added to the exact prior.
@@ -135,11 +183,23 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     noise_variance_ : ndarray of shape (n_samples,)
         Noise variance of each training point: ``alpha`` plus the white noise.
     L_ : ndarray of shape (n_samples, n_samples)
-        Lower Cholesky factor of ``k(X_train_, X_train_) + alpha``.
+        Lower Cholesky factor of ``k(X_train_, X_train_) + alpha`` (exact mode with
+        the Cholesky solver only).
     alpha_ : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        ``L_ L_^T`` solved against ``y_train_``.
+        ``K_A^{-1} y_train_`` (exact mode).
     log_marginal_likelihood_value_ : float
-        Log marginal likelihood of ``kernel_.theta``, summed over targets.
+        Log marginal likelihood of ``kernel_.theta``, summed over targets; in sparse
+        mode the collapsed bound (ELBO); NaN with the CG solver, which computes no
+        log-determinant.
+    inducing_points_ : ndarray of shape (n_inducing, n_features)
+        Inducing inputs (sparse mode).
+    q_mu_ : ndarray of shape (n_inducing, n_targets)
+        Mean of the optimal ``q(u)`` (sparse mode; normalised units with ``normalize_y``).
+    q_sqrt_ : ndarray of shape (n_inducing, n_inducing)
+        Lower-triangular square root of the optimal ``q(u)`` covariance, shared by the
+        targets (sparse mode).
+    cg_n_iter_ : int
+        CG iterations of the solve ``K_A^{-1} y`` in ``fit`` (CG solver only).
     y_train_mean_, y_train_std_ : ndarray of shape (n_targets,)
         Target normalisation (0 and 1 without ``normalize_y``).
     jitter_ : float
@@ -164,6 +224,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     Fitting costs ``O(n^3)`` per likelihood evaluation.  A shared-basis draw costs
     ``O(n F d + n^2 S T)`` to build and ``O(n* (F + n)(d + S T))`` to evaluate, in
     row chunks.  ``predict`` is always the exact posterior, whatever ``method``.
+    Sparse mode costs ``O(n m^2)`` per bound evaluation (two passes over row chunks
+    with its gradient), ``O(m F d + m^2 S T)`` to build draws and
+    ``O(n* (F + m)(d + S T))`` to evaluate them.  Exact problems whose ``n x n``
+    buffers cannot fit raise :class:`skgpx.InsufficientMemoryError` before any work.
 
     References
     ----------
@@ -172,6 +236,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     .. [2] J. T. Wilson et al., "Pathwise conditioning of Gaussian processes", JMLR 22, 2021.
     .. [3] J. Yang, V. Sindhwani, H. Avron, M. Mahoney, "Quasi-Monte Carlo feature maps
        for shift-invariant kernels", ICML 2014.
+    .. [4] M. Titsias, "Variational learning of inducing variables in sparse Gaussian
+       processes", AISTATS 2009.
+    .. [5] J. Hensman, N. Fusi, N. D. Lawrence, "Gaussian processes for big data",
+       UAI 2013.
 
     Examples
     --------
@@ -197,11 +265,21 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         "prior": [StrOptions({"rff", "exact", "auto"})],
         "exact_prior_max": [Interval(Integral, 0, None, closed="left")],
         "method": [StrOptions({"pathwise", "weight_space"})],
-        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
+        "inducing_points": ["array-like", None],
+        "n_inducing": [Interval(Integral, 1, None, closed="left"), None],
+        "optimize_inducing": ["boolean"],
+        "optimizer": [StrOptions({"fmin_l_bfgs_b", "adam"}), callable, None],
         "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "minibatch_size": [Interval(Integral, 1, None, closed="left"), None],
         "normalize_y": ["boolean"],
         "predict_noise": [StrOptions({"sklearn", "latent", "observed"})],
+        "solver": [StrOptions({"auto", "cholesky", "cg"})],
+        "cholesky_max_n": [Interval(Integral, 1, None, closed="left")],
+        "cg_tol": [Interval(Real, 0, None, closed="neither")],
+        "cg_max_iter": [Interval(Integral, 1, None, closed="left")],
+        "cg_preconditioner_rank": [Interval(Integral, 0, None, closed="left")],
         "jitter": [Interval(Real, 0, None, closed="left")],
         "n_targets": [Interval(Integral, 1, None, closed="left"), None],
         "copy_X_train": ["boolean"],
@@ -213,9 +291,12 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     }
 
     def __init__(self, kernel=None, *, alpha=1e-10, n_features=1024, feature_map="sincos",
-                 frequency_sampling="iid", shared_basis=True, prior="rff", exact_prior_max=2000, method="pathwise",
-                 optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0, max_iter=200,
-                 normalize_y=False, predict_noise="sklearn", jitter=1e-8, n_targets=None,
+                 frequency_sampling="iid", shared_basis=True, prior="rff", exact_prior_max=2000,
+                 method="pathwise", inducing_points=None, n_inducing=None,
+                 optimize_inducing=False, optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0,
+                 max_iter=200, learning_rate=0.01, minibatch_size=None, normalize_y=False,
+                 predict_noise="sklearn", solver="auto", cholesky_max_n=8000, cg_tol=1e-4,
+                 cg_max_iter=1000, cg_preconditioner_rank=0, jitter=1e-8, n_targets=None,
                  copy_X_train=True, batch_size=8192, device="auto", dtype="float64",
                  random_state=None, verbose=0):
         self.kernel = kernel
@@ -227,11 +308,21 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.prior = prior
         self.exact_prior_max = exact_prior_max
         self.method = method
+        self.inducing_points = inducing_points
+        self.n_inducing = n_inducing
+        self.optimize_inducing = optimize_inducing
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.minibatch_size = minibatch_size
         self.normalize_y = normalize_y
         self.predict_noise = predict_noise
+        self.solver = solver
+        self.cholesky_max_n = cholesky_max_n
+        self.cg_tol = cg_tol
+        self.cg_max_iter = cg_max_iter
+        self.cg_preconditioner_rank = cg_preconditioner_rank
         self.jitter = jitter
         self.n_targets = n_targets
         self.copy_X_train = copy_X_train
@@ -264,6 +355,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         ------
         ValueError
             For invalid data or options (checked before any torch work).
+        skgpx.InsufficientMemoryError
+            If the exact mode's ``n x n`` buffers cannot fit in memory (before any work).
         numpy.linalg.LinAlgError
             If the kernel matrix is not positive definite even with the largest jitter.
         """
@@ -280,55 +373,79 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 "The number of targets seen in `y` is different from the parameter "
                 f"`n_targets`. Got {n_targets} != {self.n_targets}."
             )
+        mode = self._mode(kernel, X, device)
         if self.normalize_y:
             y_mean, y_std = column_standardisation(y.reshape(n, n_targets))
             y = (y - y_mean.reshape(y.shape[1:])) / y_std.reshape(y.shape[1:])
         else:
             y_mean, y_std = np.zeros(n_targets), np.ones(n_targets)
 
+        rng = check_random_state(self.random_state)
+        Z = self._initial_inducing(X, rng) if mode == "sparse" else None
         tensor = lambda a: self._as_tensor(a, device, dtype)  # noqa: E731
         X_t, Y_t, alpha_t = tensor(X), tensor(y.reshape(n, n_targets)), tensor(alpha)
-        rng = check_random_state(self.random_state)
         torch_kernel = TorchKernel(kernel)
         history = []
-        if self.optimizer is not None and torch_kernel.n_dims > 0:
-            theta, lml = self._optimize(torch_kernel, X_t, Y_t, alpha_t, rng, history)
-            kernel.theta = theta
-            kernel._check_bounds_params()
-            torch_kernel = TorchKernel(kernel)
-        else:
-            lml = None  # from the factorisation below
-
-        theta_t = torch_kernel.theta_tensor(device, dtype)
-        with torch.no_grad():
-            K_A = torch_kernel(X_t, theta=theta_t)
-            K_A.diagonal().add_(alpha_t)
-            L, jitter = jittered_cholesky(
-                K_A, jitter=self.jitter, max_jitter=1e-3, name="training kernel matrix",
-                advice="increase alpha or add a WhiteKernel, or check for duplicated inputs",
-            )
+        fitting = self.optimizer is not None and (
+            torch_kernel.n_dims > 0 or (mode == "sparse" and self.optimize_inducing))
+        if mode == "sparse":
+            Z_t = tensor(Z)
             signal, white = split_white_noise(kernel)
-            noise_var = alpha_t + white
-            a = cholesky_solve(L, Y_t)
-        if lml is None:
-            # as scikit-learn: -inf when the matrix as given is not positive definite
-            lml = -np.inf if jitter else lml_from_factor(L, Y_t, a)
-            history.append(-lml)
+            check_sparse_noise(float(alpha.min()) + white, white > 0)
+            if fitting:
+                theta, Z_t = optimize_sparse(self, torch_kernel, X_t, Y_t, alpha_t, Z_t, rng,
+                                             history)
+                kernel.theta = theta
+                kernel._check_bounds_params()
+                torch_kernel = TorchKernel(kernel)
+            signal, white = split_white_noise(kernel)  # at the fitted hyperparameters
+            theta_t = torch_kernel.theta_tensor(device, dtype)
+            lml, factors = fit_factors(torch_kernel, theta_t, Z_t, X_t, Y_t, alpha_t,
+                                       jitter=self.jitter, batch_size=self.batch_size)
+            if not fitting:
+                history.append(-lml)
+            L = a = solver = None
+            jitter = factors.jitter
+        else:
+            factors = None
+            if fitting:
+                theta, lml = optimize_exact(self, torch_kernel, X_t, Y_t, alpha_t, rng, history)
+                kernel.theta = theta
+                kernel._check_bounds_params()
+                torch_kernel = TorchKernel(kernel)
+            else:
+                lml = None  # from the factorisation below
+            theta_t = torch_kernel.theta_tensor(device, dtype)
+            signal, white = split_white_noise(kernel)
+            L, a, solver, jitter = self._exact_solve(mode, torch_kernel, theta_t, X_t, Y_t,
+                                                     alpha_t, white)
+            if lml is None:
+                # as scikit-learn: -inf when the matrix as given is not positive definite
+                lml = (np.nan if L is None else -np.inf if jitter
+                       else lml_from_factor(L, Y_t, a))
+                history.append(-lml)
 
         self.kernel_ = kernel
         self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = np.copy(y) if self.copy_X_train else y
         self.y_train_mean_, self.y_train_std_ = y_mean, y_std
+        noise_var = alpha_t + white
         self.noise_variance_ = to_numpy(noise_var)
         self.log_marginal_likelihood_value_ = float(lml)
         self.jitter_ = float(jitter)
         self.objective_history_ = [float(v) for v in history]
         self.n_iter_ = len(history)
+        if factors is not None:
+            self.inducing_points_ = to_numpy(factors.Z)
+            self.q_mu_ = to_numpy(factors.q_mu)
+            self.q_sqrt_ = to_numpy(factors.q_sqrt)
+        if solver is not None:
+            self.cg_n_iter_ = int(solver.n_iter)
         self.device_, self.dtype_ = device, self.dtype
         self._torch_kernel, self._theta = torch_kernel, theta_t
         self._X, self._Y, self._L, self._noise_var = X_t, Y_t, L, noise_var
-        self._a = a
+        self._a, self._cg, self._sparse = a, solver, factors
         self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
         self._sample_seed = draw_seed(rng)
         return self
@@ -340,6 +457,76 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 "(features come in cos/sin pairs); use an even number or 'cosine'."
             )
         TorchKernel(kernel).check_n_features(n_features_in)
+
+    def _mode(self, kernel, X, device):
+        """'sparse', 'cholesky' or 'cg'; refuses, before any work, what cannot run."""
+        n, d = X.shape
+        itemsize = 4 if self.dtype == "float32" else 8
+        sparse = self.inducing_points is not None or self.n_inducing is not None
+        if self.inducing_points is not None and self.n_inducing is not None:
+            raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
+        if self.minibatch_size is not None and not (sparse and self.optimizer == "adam"):
+            raise ValueError(
+                f"minibatch_size={self.minibatch_size} needs sparse mode (n_inducing or "
+                "inducing_points) and optimizer='adam'; set minibatch_size=None otherwise."
+            )
+        if sparse:
+            if self.method == "weight_space":
+                raise ValueError("method='weight_space' is a baseline of the exact GP; "
+                                 "unset n_inducing and inducing_points to use it.")
+            m = min(self.n_inducing or len(self.inducing_points), n)
+            chunk = rows_per_chunk(self.batch_size, 4 * m, device)
+            check_memory(itemsize * (8 * m * m + 6 * chunk * m + n * (d + 4)),
+                         what=f"Sparse mode with {m} inducing points on {n} rows",
+                         way_out="use fewer inducing points (n_inducing)", device=device)
+            return "sparse"
+        solver = self.solver
+        if solver == "auto":
+            solver = "cholesky" if n <= self.cholesky_max_n else "cg"
+        free = self.optimizer is not None and TorchKernel(kernel).n_dims > 0
+        if free and solver == "cg":
+            raise ValueError(
+                f"Fitting kernel hyperparameters on n={n} rows needs the exact Cholesky "
+                f"solver (cholesky_max_n={self.cholesky_max_n}, solver={self.solver!r}); "
+                "use sparse mode (n_inducing=512, say) to fit them on large data, then "
+                "solver='cg' with optimizer=None and the fitted kernel_ for exact draws."
+            )
+        if solver == "cholesky":
+            buffers = 5 if free else 3  # K, K_A, L (+ K_A^-1 and the gradient weights)
+            check_memory(
+                buffers * n * n * itemsize,
+                what=f"The exact GP on {n} rows ({buffers} dense {n} x {n} matrices)",
+                way_out="use sparse mode (n_inducing=512, say), or solver='cg' with "
+                        "optimizer=None for exact predictions and draws at fixed "
+                        "hyperparameters, fewer rows, or a GPU (device='cuda')",
+                device=device)
+        return solver
+
+    def _initial_inducing(self, X, rng):
+        if self.inducing_points is None:
+            return initial_inducing_points(X, self.n_inducing, rng)
+        Z = check_array(self.inducing_points, dtype=np.float64, input_name="inducing_points")
+        if Z.shape[1] != X.shape[1]:
+            raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has "
+                             f"{X.shape[1]}; give an array of shape (m, {X.shape[1]}).")
+        return np.array(Z)
+
+    def _exact_solve(self, mode, torch_kernel, theta, X, Y, alpha, white):
+        """Cholesky factor or CG solver of ``K_A``, ``a = K_A^{-1} Y`` and the jitter."""
+        with torch.no_grad():
+            if mode == "cg":
+                solver = CGSolver.build(torch_kernel, X, theta, alpha + white,
+                                        rank=self.cg_preconditioner_rank, tol=self.cg_tol,
+                                        max_iter=self.cg_max_iter)
+                a, solver.n_iter = solver.solve(Y, what="K_A^-1 y")
+                return None, a, solver, 0.0
+            K_A = torch_kernel(X, theta=theta)  # the full kernel: white noise on the diagonal
+            K_A.diagonal().add_(alpha)
+            L, jitter = jittered_cholesky(
+                K_A, jitter=self.jitter, max_jitter=1e-3, name="training kernel matrix",
+                advice="increase alpha or add a WhiteKernel, or check for duplicated inputs",
+            )
+            return L, cholesky_solve(L, Y), None, jitter
 
     def _alpha_vector(self, n):
         alpha = np.asarray(self.alpha, dtype=np.float64)
@@ -354,55 +541,6 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             raise ValueError("alpha must contain finite non-negative values.")
         return alpha
 
-    def _optimize(self, torch_kernel, X, Y, alpha, rng, history):
-        """Minimise the negative log marginal likelihood over theta (sklearn's protocol)."""
-        device, dtype = X.device, X.dtype
-
-        def obj_func(theta, eval_gradient=True):
-            theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=dtype,
-                                      device=device)
-            result = log_marginal_likelihood(torch_kernel, theta_t, X, Y, alpha, eval_gradient)
-            lml = result[0] if eval_gradient else result
-            history.append(-lml)
-            bar.set_postfix(neg_log_marginal_likelihood=f"{-lml:.6g}")
-            return (-lml, -result[1]) if eval_gradient else -lml
-
-        bounds = torch_kernel.bounds
-        starts = [torch_kernel.theta]
-        if self.n_restarts_optimizer > 0:
-            if not np.isfinite(bounds).all():
-                raise ValueError(
-                    "Multiple optimizer restarts (n_restarts_optimizer>0) requires that "
-                    "all bounds are finite."
-                )
-            starts += [rng.uniform(bounds[:, 0], bounds[:, 1])
-                       for _ in range(self.n_restarts_optimizer)]
-        optima = []
-        with progress_bar(self.verbose, "PathwiseGPSampler fit") as bar:
-            for run, theta0 in enumerate(starts):
-                theta, fmin = self._constrained_optimization(obj_func, theta0, bounds, bar)
-                optima.append((theta, fmin))
-                if self.verbose >= 2:
-                    bar.write(f"run {run}: neg log marginal likelihood {fmin:.6g}", file=sys.stderr)
-        best = int(np.argmin([fmin for _, fmin in optima]))
-        return optima[best][0], -optima[best][1]
-
-    def _constrained_optimization(self, obj_func, initial_theta, bounds, bar):
-        if callable(self.optimizer):
-            theta, fmin = self.optimizer(obj_func, initial_theta, bounds=bounds)
-            return np.asarray(theta, dtype=np.float64), float(fmin)
-        result = scipy.optimize.minimize(
-            obj_func, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds,
-            options={"maxiter": self.max_iter}, callback=lambda *args: bar.update(1),
-        )
-        if result.status != 0:
-            warnings.warn(
-                f"L-BFGS-B stopped without converging ({result.message}); increase "
-                "max_iter or check the kernel's bounds.",
-                ConvergenceWarning,
-            )
-        return result.x, float(result.fun)
-
     # ------------------------------------------------------------ posterior
 
     def _posterior(self, n_features_in):
@@ -410,7 +548,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         if hasattr(self, "X_train_"):
             return Posterior(
                 kernel=self._torch_kernel, signal_kernel=self.signal_kernel_,
-                theta=self._theta, X=self._X, Y=self._Y, L=self._L, noise_var=self._noise_var,
+                theta=self._theta, X=self._X, Y=self._Y, L=self._L, cg=self._cg,
+                inducing=self._sparse, noise_var=self._noise_var,
                 y_mean=self._y_mean, y_std=self._y_std, n_targets=self._Y.shape[1],
                 squeeze=self._Y.shape[1] == 1, n_features_in=self.n_features_in_,
             )
@@ -483,15 +622,28 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         post, Xq, fitted = self._query(X)
+        if return_cov:
+            self._check_query_memory(Xq.shape[0], "predict(return_cov=True)",
+                                     "predict in chunks of rows with return_std=True")
         with torch.no_grad():
-            if fitted:
+            if fitted and post.inducing is not None:
+                def cross(Xc):
+                    return post.kernel(post.inducing.Z, Xc, theta=post.theta, part="signal")
+
+                mean, var = _sparse.predictive_mean_var(
+                    post.inducing, cross, lambda Xc: self._prior_diag(post, Xc), Xq,
+                    self.batch_size, return_std)
+                cov = _sparse.predictive_cov(
+                    post.inducing, cross, lambda Xc: self._prior_cov(post, Xc),
+                    Xq) if return_cov else None
+            elif fitted:
                 def cross(Xc):
                     return post.kernel(Xc, post.X, theta=post.theta, part="signal")
 
                 mean, var = predictive_mean_var(
-                    cross, lambda Xc: self._prior_diag(post, Xc), post.L, self._a, Xq,
+                    cross, lambda Xc: self._prior_diag(post, Xc), post, self._a, Xq,
                     self.batch_size, return_std)
-                cov = predictive_cov(cross, lambda Xc: self._prior_cov(post, Xc), post.L,
+                cov = predictive_cov(cross, lambda Xc: self._prior_cov(post, Xc), post,
                                      Xq) if return_cov else None
             else:
                 mean = Xq.new_zeros(Xq.shape[0], post.n_targets)
@@ -544,11 +696,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         post, Xq, fitted = self._query(X)
         n_samples = check_n_samples(n_samples, minimum=0)
         generator = cpu_generator(self._seed(random_state))
-        n_train = post.X.shape[0] if fitted else 0
+        n_train = post.centers.shape[0] if fitted else 0
         exact = self.method == "pathwise" and (
             self.prior == "exact"
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
+        if exact:
+            self._check_query_memory(n_train + Xq.shape[0], "sample_y with prior='exact'",
+                                     "use prior='rff' (linear in the query rows)")
         with torch.no_grad():
             if exact:
                 values = draw_exact(post, Xq, n_samples, generator, self.jitter)
@@ -613,14 +768,42 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
         theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self._X.dtype,
                                 device=self._X.device)
+        if self._theta.shape[0] != theta.shape[0]:
+            raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
+                             f"{self._theta.shape[0]} free hyperparameters.")
         alpha = self._noise_var - self._torch_kernel.noise_level(self._theta)
+        if self._sparse is not None:
+            elbo, grad, _ = elbo_value_and_grad(
+                self._torch_kernel, theta, self._sparse.Z, self._X, self._Y, alpha,
+                jitter=self.jitter, batch_size=self.batch_size, grad_theta=eval_gradient)
+            if not eval_gradient:
+                return elbo
+            return elbo, grad.detach().cpu().numpy().astype(np.float64)
+        if self._L is None:
+            raise NotImplementedError(
+                "The log marginal likelihood needs a log-determinant, which the CG solver "
+                "does not compute; use solver='cholesky' (small n) or sparse mode "
+                "(n_inducing), whose bound this method returns."
+            )
         return log_marginal_likelihood(self._torch_kernel, theta, self._X, self._Y, alpha,
                                        eval_gradient)
 
+    def _check_query_memory(self, n_rows, what, way_out):
+        """Refuse a dense ``n_rows x n_rows`` result that cannot fit (before any work)."""
+        device, dtype = self._current_device_dtype()
+        itemsize = 4 if dtype == torch.float32 else 8
+        check_memory(3 * n_rows * n_rows * itemsize,
+                     what=f"{what} on {n_rows} rows (dense {n_rows} x {n_rows} matrices)",
+                     way_out=way_out, device=device)
+
     @property
     def L_(self):
+        if getattr(self, "_L", None) is None:
+            raise AttributeError("L_ exists only in exact mode with the Cholesky solver.")
         return to_numpy(self._L)
 
     @property
     def alpha_(self):
+        if getattr(self, "_a", None) is None:
+            raise AttributeError("alpha_ exists only in exact mode.")
         return to_numpy(self._a).reshape(self.y_train_.shape)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from .._base import rows_per_chunk, standard_normal
-from ..linalg import cholesky_solve, jittered_cholesky, matheron_update
+from ..linalg import cholesky_solve, jittered_cholesky
 from ._features import draw_random_features
 from ._functions import PathwiseFunctions
+from ._sparse import inducing_update
 
 
 @dataclass
@@ -32,7 +33,9 @@ class Posterior:
     theta: torch.Tensor
     X: torch.Tensor = None  # (n, d) training inputs
     Y: torch.Tensor = None  # (n, T) normalised targets
-    L: torch.Tensor = None  # chol(K_A)
+    L: torch.Tensor = None  # chol(K_A) (exact mode, Cholesky solver)
+    cg: object = None  # CGSolver (exact mode, CG solver)
+    inducing: object = None  # SparseFactors (sparse mode)
     noise_var: torch.Tensor = None  # (n,) alpha + white noise: the diagonal of Sigma_eps
     y_mean: torch.Tensor = None  # (T,)
     y_std: torch.Tensor = None  # (T,)
@@ -43,6 +46,31 @@ class Posterior:
     def normal(self, shape, generator):
         """Standard normal draws on the CPU generator, moved to the posterior's device."""
         return standard_normal(shape, generator, self.theta.dtype, self.theta.device)
+
+    @property
+    def centers(self):
+        """Centres of the canonical-basis update: Z in sparse mode, else X."""
+        return self.inducing.Z if self.inducing is not None else self.X
+
+    def solve(self, rhs):
+        """``K_A^{-1} rhs`` (exact mode) by the fitted Cholesky factor or by CG."""
+        flat = rhs.reshape(rhs.shape[0], -1)
+        if self.L is not None:
+            out = cholesky_solve(self.L, flat)
+        else:
+            out, _ = self.cg.solve(flat, what="the posterior draws' update")
+        return out.reshape(rhs.shape)
+
+    def update(self, prior_at_centers, generator):
+        """Update weights ``v`` (N, S, T) of Matheron's rule from the prior paths at the
+        centres: ``K_A^{-1} (y - f(X) - eps)`` (exact) or ``Kzz^{-1} (u - f(Z))`` (sparse).
+
+        The noise ``eps`` (exact) or the inducing draw ``xi`` (sparse) is drawn here."""
+        if self.inducing is not None:
+            return inducing_update(self.inducing, prior_at_centers,
+                                   self.normal(prior_at_centers.shape, generator))
+        eps = self.normal(prior_at_centers.shape, generator) * self.noise_var.sqrt()[:, None, None]
+        return self.solve(self.Y[:, None, :] - prior_at_centers - eps)
 
 
 def _prior_at(features, W, X, n_samples, n_targets, batch_size):
@@ -96,13 +124,13 @@ def draw_functions(post, n_samples, generator, *, n_features, feature_map, share
     W = post.normal((B, features.n_features(d), S * T // B), generator)
     centers = update = None
     if post.X is not None:
-        n = post.X.shape[0]
-        eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
         if method == "pathwise":
-            f_X = _prior_at(features, W, post.X, S, T, batch_size)
-            update = matheron_update(post.L, post.Y[:, None, :], f_X, eps)
-            centers = post.X
+            centers = post.centers
+            f_c = _prior_at(features, W, centers, S, T, batch_size)
+            update = post.update(f_c, generator)
         else:
+            n = post.X.shape[0]
+            eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
             W = _weight_space(features, W, eps, post)
     return PathwiseFunctions(
         features=features, prior_weights=W, kernel=post.kernel, theta=post.theta,
@@ -118,7 +146,8 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     ``O((n + n*)^3)``; the joint prior covariance always gets ``jitter * mean(diag)``.
     """
     S, T = n_samples, post.n_targets
-    Z = Xq if post.X is None else torch.cat([post.X, Xq])
+    centers = post.centers
+    Z = Xq if post.X is None else torch.cat([centers, Xq])
     K = post.kernel(Z, part="signal")
     scale = float(K.diagonal().mean().abs()) or 1.0
     L_joint, _ = jittered_cholesky(K, base_jitter=jitter * scale, jitter=max(jitter, 1e-12),
@@ -126,9 +155,8 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     f = (L_joint @ post.normal((Z.shape[0], S * T), generator)).reshape(-1, S, T)
     if post.X is None:
         return post.y_mean + post.y_std * f
-    n = post.X.shape[0]
-    eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
-    V = matheron_update(post.L, post.Y[:, None, :], f[:n], eps).reshape(n, S * T)
-    cross = post.kernel(Xq, post.X, part="signal")
+    n = centers.shape[0]
+    V = post.update(f[:n], generator).reshape(n, S * T)
+    cross = post.kernel(Xq, centers, part="signal")
     return post.y_mean + post.y_std * (f[n:] + (cross @ V).reshape(-1, S, T))
 

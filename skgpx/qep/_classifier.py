@@ -218,6 +218,9 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         ------
         ValueError
             For more than 5000 rows.
+        InsufficientMemoryError
+            Before any torch work, when the joint ``n x n`` scale matrices cannot fit in
+            the memory available on ``device_``.
         """
         X = self._check_predict_input(X)
         draws = self._joint_draws(X, n_samples, random_state)  # (n_samples, C, n)
