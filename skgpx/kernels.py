@@ -152,16 +152,13 @@ class _Profile(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, r, name):
-        if name == "rbf":
-            e = torch.exp(-0.5 * r * r)
+        if name in ("rbf", "matern12"):
+            # the output is saved as is (no copy): autograd's version counter refuses a
+            # backward pass if anything changed it in place
+            e = torch.exp(-0.5 * r * r) if name == "rbf" else torch.exp(-r)
             ctx.save_for_backward(r, e)
             ctx.name = name
-            return e.clone()
-        if name == "matern12":
-            e = torch.exp(-r)
-            ctx.save_for_backward(r, e)
-            ctx.name = name
-            return e.clone()
+            return e
         c = math.sqrt(3.0) if name == "matern32" else math.sqrt(5.0)
         z = r * c
         e = torch.exp(-z)

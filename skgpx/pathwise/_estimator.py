@@ -147,10 +147,13 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Relative residual at which CG stops, per right-hand side.
     cg_max_iter : int, default=1000
         Largest number of CG iterations; a ``ConvergenceWarning`` says when it is hit.
-    cg_preconditioner_rank : int, default=0
-        0 preconditions CG with the diagonal of ``K_A`` (Jacobi); ``r > 0`` with a
-        rank-``r`` pivoted Cholesky factor plus the noise (Woodbury), which cuts the
-        iterations on smooth kernels with little noise.
+    cg_preconditioner_rank : int, default=100
+        ``r > 0`` preconditions CG with a rank-``r`` pivoted Cholesky factor of the
+        kernel matrix plus the noise, applied by Woodbury's identity (Gardner et al.,
+        2018); setting it up costs ``O(n r^2)``.  0 uses the diagonal of ``K_A``
+        (Jacobi), which for a stationary kernel with one noise level is no
+        preconditioning at all (about 720 iterations against 13 for rank 200 on 20 000
+        rows of a smooth 2-D problem).
     jitter : float, default=1e-8
         First jitter (relative to the mean diagonal) tried when a kernel matrix fails
         to factorise; it grows tenfold up to ``1e-3``.  Always added to the exact prior.
@@ -296,7 +299,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                  optimize_inducing=False, optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0,
                  max_iter=200, learning_rate=0.01, minibatch_size=None, normalize_y=False,
                  predict_noise="sklearn", solver="auto", cholesky_max_n=8000, cg_tol=1e-4,
-                 cg_max_iter=1000, cg_preconditioner_rank=0, jitter=1e-8, n_targets=None,
+                 cg_max_iter=1000, cg_preconditioner_rank=100, jitter=1e-8, n_targets=None,
                  copy_X_train=True, batch_size=8192, device="auto", dtype="float64",
                  random_state=None, verbose=0):
         self.kernel = kernel
