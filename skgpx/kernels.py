@@ -460,6 +460,39 @@ class TorchKernel:
         for node, _ in self._terms:
             node.check_n_features(n_features)
 
+    def stationary_signal(self):
+        """The signal as ``s * kappa(r^2)`` when it is ``[ConstantKernel *] RBF`` or
+        ``Matern(nu in {3/2, 5/2, inf})``, else None.
+
+        Returns ``(profile, scale, length_scale)``: the profile's name (``"rbf"``,
+        ``"matern32"``, ``"matern52"``) and two functions of ``theta`` giving ``s`` and
+        ``l`` (scalar or ARD) as differentiable tensors.  Large cross-kernel blocks of
+        such kernels can then be formed by one matrix product and differentiated in
+        closed form (see ``skgpx.pathwise._sparse``).
+        """
+        signal = [node for node, white in self._terms if not white]
+        if len(signal) != 1:
+            return None
+        node, constant = signal[0], None
+        if type(node) is _Product:
+            if isinstance(node.k1, _Constant):
+                constant, node = node.k1, node.k2
+            elif isinstance(node.k2, _Constant):
+                constant, node = node.k2, node.k1
+        if type(node) is _RBF:
+            profile = "rbf"
+        elif type(node) is _Matern and node.kernel.nu in (1.5, 2.5, np.inf):
+            profile = {1.5: "matern32", 2.5: "matern52", np.inf: "rbf"}[node.kernel.nu]
+        else:
+            return None
+
+        def scale(theta):
+            if constant is None:
+                return torch.ones((), dtype=theta.dtype, device=theta.device)
+            return constant.values(theta)["constant_value"].reshape(())
+
+        return profile, scale, lambda theta: node.values(theta)["length_scale"]
+
 
 # ------------------------------------------------------------------ batched unit kernels
 

@@ -105,9 +105,81 @@ def noise_of(kernel, theta, alpha):
     return alpha + kernel.noise_level(theta)
 
 
-def chunk_statistics(kernel, theta, Z, L, X, Y, alpha):
-    """The row sums over the rows ``X`` (b x d), ``Y`` (b x T), ``alpha`` (b,)."""
-    A = solve_lower(L, kernel(Z, X, theta=theta, part="signal"))  # (m, b) whitened
+class StationaryCross:
+    r"""Cross-kernel blocks ``k(Z, X_c) = s kappa(r^2)`` of a stationary signal by one
+    matrix product, with the gradient of ``<H, K>`` in closed form.
+
+    For ``[ConstantKernel *] RBF | Matern(3/2, 5/2)`` (``TorchKernel.stationary_signal``):
+    ``r^2 = |z'|^2 + |x'|^2 - 2 z' . x'`` with ``z' = (z - c) / l`` (centred, so the
+    expansion's rounding, ``eps |x'|^2``, stays small), and with ``G = H * s kappa'(r^2)``
+
+    .. math::
+
+        \frac{\partial}{\partial l_d} = -\frac{2}{l_d}\Big(\sum_i z'^2_{id} G_{i.}
+          + \sum_j x'^2_{jd} G_{.j} - 2 \sum_i z'_{id} (G X')_{id}\Big), \qquad
+        \frac{\partial}{\partial z_i} = \frac{2}{l}\big(z'_i G_{i.} - (G X')_i\big),
+
+    which costs one ``m x b x d`` product instead of autograd through pairwise
+    differences.  ``kappa'`` is taken with respect to ``r^2``, finite at ``r = 0``.
+    """
+
+    def __init__(self, spec, theta, Z):
+        self.profile, scale, length_scale = spec
+        with torch.no_grad():
+            self.scale = float(scale(theta))
+            self.length_scale = length_scale(theta).detach().to(Z.dtype)
+            self.center = Z.mean(0)
+            self.Zs = (Z - self.center) / self.length_scale
+            self.z_norm = (self.Zs * self.Zs).sum(1)
+
+    def parts(self, X):
+        """``(kappa, kappa'(r^2), X')`` for the rows X: (m, b), (m, b), (b, d)."""
+        Xs = (X - self.center) / self.length_scale
+        r2 = torch.addmm(self.z_norm[:, None] + (Xs * Xs).sum(1)[None, :], self.Zs, Xs.T,
+                         alpha=-2.0).clamp_(min=0.0)
+        if self.profile == "rbf":
+            kappa = torch.exp(-0.5 * r2)
+            return kappa, -0.5 * kappa, Xs
+        root = math.sqrt(3.0 if self.profile == "matern32" else 5.0)
+        z = root * torch.sqrt(r2)
+        e = torch.exp(-z)
+        if self.profile == "matern32":  # (1 + z) e^-z,  d/dr^2 = -(3/2) e^-z
+            return (1.0 + z) * e, -1.5 * e, Xs
+        # (1 + z + z^2/3) e^-z,  d/dr^2 = -(5/6)(1 + z) e^-z
+        return (1.0 + z + z * z / 3.0) * e, (-5.0 / 6.0) * (1.0 + z) * e, Xs
+
+    def block(self, X):
+        return self.scale * self.parts(X)[0]
+
+    def pullback(self, H, kappa, dkappa, Xs):
+        """Gradients of ``<H, K>`` with respect to ``s``, ``l`` (its shape) and ``Z``."""
+        G = H * dkappa * self.scale
+        row, col, GX = G.sum(1), G.sum(0), G @ Xs
+        spread = ((self.Zs * self.Zs) * row[:, None]).sum(0) + ((Xs * Xs) * col[:, None]).sum(0)
+        spread = spread - 2.0 * (self.Zs * GX).sum(0)  # (d,)
+        d_length = -2.0 * spread / self.length_scale
+        if self.length_scale.numel() == 1:
+            d_length = d_length.sum().reshape(1)
+        d_Z = 2.0 * (self.Zs * row[:, None] - GX) / self.length_scale
+        return (H * kappa).sum(), d_length, d_Z
+
+
+def _cross(kernel, theta, Z):
+    """The fast stationary cross-kernel of ``kernel`` at ``theta``, or None."""
+    spec = kernel.stationary_signal()
+    return None if spec is None else StationaryCross(spec, theta, Z)
+
+
+def chunk_statistics(kernel, theta, Z, L, X, Y, alpha, cross=None, L_inverse=None):
+    """The row sums over the rows ``X`` (b x d), ``Y`` (b x T), ``alpha`` (b,).
+
+    ``cross`` is an optional :class:`StationaryCross` of the same kernel at ``theta``;
+    ``L_inverse`` an optional ``L^{-1}``: one matrix product whitens the block about
+    twice as fast as a triangular solve, with the same accuracy here (both are
+    backward stable for the lower-triangular factor of a jittered ``Kzz``).
+    """
+    K = kernel(Z, X, theta=theta, part="signal") if cross is None else cross.block(X)
+    A = solve_lower(L, K) if L_inverse is None else L_inverse @ K  # (m, b) whitened
     noise = noise_of(kernel, theta, alpha)
     beta = 1.0 / noise
     Ab = A * beta
@@ -127,8 +199,11 @@ def accumulate_statistics(kernel, theta, Z, L, X, Y, alpha, batch_size):
     """The row sums over all rows, chunk by chunk (no autograd graph is kept)."""
     total = None
     with torch.no_grad():
+        cross = _cross(kernel, theta, Z)
+        L_inverse = solve_lower(L, torch.eye(L.shape[0], dtype=L.dtype, device=L.device))
         for rows in _chunks(X.shape[0], Z.shape[0], batch_size, X.device):
-            part = chunk_statistics(kernel, theta, Z, L, X[rows], Y[rows], alpha[rows])
+            part = chunk_statistics(kernel, theta, Z, L, X[rows], Y[rows], alpha[rows], cross,
+                                    L_inverse)
             total = part if total is None else total + part
     return total
 
@@ -242,7 +317,21 @@ def elbo_value_and_grad(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size,
         G_P = torch.linalg.solve_triangular(L0.T, left.T, upper=True)  # L^-T G_W L^-1
         G_P = 0.5 * (G_P + G_P.T)
         G_b = torch.linalg.solve_triangular(L0.T, G_w, upper=True)
-    for rows in _chunks(X.shape[0], Z.shape[0], batch_size, X.device):
+    adjoints = (G_P, G_b, g_yy, g_trace, g_log)
+    cross = _cross(kernel, theta, Z)
+    if cross is None:
+        _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size)
+    else:
+        _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cross)
+    out_theta = theta_.grad if grad_theta else None
+    out_Z = Z_.grad if grad_Z else None
+    return float(elbo.detach()), out_theta, out_Z
+
+
+def _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size):
+    """Pass 2 by autograd through each chunk's kernel block (any kernel)."""
+    G_P, G_b, g_yy, g_trace, g_log = adjoints
+    for rows in _chunks(X.shape[0], Z_.shape[0], batch_size, X.device):
         Xc, Yc = X[rows], Y[rows]
         K = kernel(Z_, Xc, theta=theta_, part="signal")
         noise = noise_of(kernel, theta_, alpha[rows])
@@ -258,9 +347,44 @@ def elbo_value_and_grad(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size,
                      + g_trace * (beta * kernel.diag(Xc, theta_, part="signal")).sum()
                      + g_log * torch.log(noise).sum())
         surrogate.backward()
-    out_theta = theta_.grad if grad_theta else None
-    out_Z = Z_.grad if grad_Z else None
-    return float(elbo.detach()), out_theta, out_Z
+
+
+def _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cross):
+    """Pass 2 in closed form for a stationary signal (:class:`StationaryCross`).
+
+    Accumulates the gradients with respect to ``s``, ``l``, the white-noise level and
+    Z over the chunks, then maps ``(s, l, noise)`` to theta on a graph of a few scalars.
+    """
+    G_P, G_b, g_yy, g_trace, g_log = adjoints
+    _, scale_of, length_of = kernel.stationary_signal()
+    with torch.no_grad():
+        white = kernel.noise_level(theta_.detach())
+        d_scale = torch.zeros((), dtype=X.dtype, device=X.device)
+        d_length = torch.zeros_like(cross.length_scale)
+        d_white = torch.zeros((), dtype=X.dtype, device=X.device)
+        d_Z = torch.zeros_like(Z_)
+        for rows in _chunks(X.shape[0], Z_.shape[0], batch_size, X.device):
+            Yc = Y[rows]
+            kappa, dkappa, Xs = cross.parts(X[rows])
+            K = cross.scale * kappa
+            beta = 1.0 / (alpha[rows] + white)
+            GK = G_P @ K
+            GbY = G_b @ Yc.T
+            H = (2.0 * GK + GbY) * beta  # d share / d K
+            per_row = (K * (GK + GbY)).sum(0) + g_yy * (Yc * Yc).sum(1)
+            ds, dl, dz = cross.pullback(H, kappa, dkappa, Xs)
+            d_scale += ds + g_trace * beta.sum()  # the trace term is sum_i beta_i s
+            d_length += dl
+            d_Z += dz
+            # beta_i = 1 / (alpha_i + white): d beta / d white = -beta^2
+            d_white += g_log * beta.sum() - (beta * beta * (per_row + g_trace * cross.scale)).sum()
+    if theta_.requires_grad:
+        surrogate = (d_scale * scale_of(theta_) + (d_length * length_of(theta_)).sum()
+                     + d_white * kernel.noise_level(theta_))
+        if surrogate.requires_grad:
+            surrogate.backward()
+    if Z_.requires_grad:
+        Z_.grad = Z_.grad + d_Z
 
 
 def fit_factors(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size, warn=True):

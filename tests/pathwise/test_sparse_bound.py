@@ -1,0 +1,78 @@
+"""The chunked collapsed bound: closed-form and autograd gradients, and its round-off."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
+
+from skgpx.kernels import TorchKernel
+from skgpx.pathwise import _sparse
+
+RNG = np.random.default_rng(7)
+X = torch.tensor(RNG.uniform(0, 4, (300, 2)) + 100.0)  # off-centre inputs, as users give them
+Y = torch.tensor(RNG.standard_normal((300, 2)))
+ALPHA = torch.tensor(RNG.uniform(1e-3, 1e-2, 300))
+Z = X[::20].clone() + 0.01
+
+KERNELS = {
+    "rbf-ard": lambda: ConstantKernel(1.3) * RBF([0.7, 1.5]) + WhiteKernel(0.1),
+    "matern32-ard": lambda: ConstantKernel(1.3) * Matern([0.7, 1.5], nu=1.5) + WhiteKernel(0.1),
+    "matern52-iso": lambda: Matern(0.7, nu=2.5) + WhiteKernel(0.1),
+    "rbf-times-constant": lambda: RBF(0.5) * ConstantKernel(2.0),
+    "fixed": lambda: ConstantKernel(0.5, "fixed") * RBF([0.5, 2.0], "fixed") + WhiteKernel(0.2),
+}
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_closed_form_pass_equals_autograd_pass(name, monkeypatch):
+    kernel = TorchKernel(KERNELS[name]())
+    assert kernel.stationary_signal() is not None
+    theta = kernel.theta_tensor()
+    args = (kernel, theta, Z, X, Y, ALPHA)
+    options = dict(jitter=1e-8, batch_size=37, grad_theta=theta.numel() > 0, grad_Z=True)
+    fast = _sparse.elbo_value_and_grad(*args, **options)
+    monkeypatch.setattr(TorchKernel, "stationary_signal", lambda self: None)
+    slow = _sparse.elbo_value_and_grad(*args, **options)
+    # both are the gradient of the same float64 function; they differ by round-off only
+    assert fast[0] == pytest.approx(slow[0], rel=1e-12)
+    if theta.numel():
+        np.testing.assert_allclose(fast[1], slow[1], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(fast[2], slow[2], rtol=1e-8, atol=1e-8 * float(slow[2].abs().max()))
+
+
+def test_autograd_pass_equals_autograd_through_the_whole_bound(monkeypatch):
+    """Two passes with adjoints == one autograd graph over all rows (an independent route)."""
+    monkeypatch.setattr(TorchKernel, "stationary_signal", lambda self: None)
+    kernel = TorchKernel(KERNELS["rbf-ard"]())
+    theta = kernel.theta_tensor()
+    value, g_theta, g_Z = _sparse.elbo_value_and_grad(kernel, theta, Z, X, Y, ALPHA,
+                                                      jitter=1e-8, batch_size=37, grad_Z=True)
+    th, Zr = theta.clone().requires_grad_(), Z.clone().requires_grad_()
+    L, _ = _sparse.inducing_cholesky(kernel, th, Zr, 1e-8)
+    stats = _sparse.chunk_statistics(kernel, th, Zr, L, X, Y, ALPHA)
+    elbo, _, _ = _sparse.collapsed_elbo(stats, Y.shape[1])
+    elbo.backward()
+    assert value == pytest.approx(float(elbo), rel=1e-12)
+    np.testing.assert_allclose(g_theta, th.grad, rtol=1e-9)
+    np.testing.assert_allclose(g_Z, Zr.grad, rtol=1e-8, atol=1e-8 * float(Zr.grad.abs().max()))
+
+
+def test_bound_is_smooth_when_inducing_points_crowd():
+    """Whitening row by row keeps the bound smooth where cond(Kzz) ~ 1e17.
+
+    Summing k_i k_i^T first and whitening afterwards made the bound jump by about 0.5
+    nats under 1e-15 relative changes of theta on this problem (L-BFGS then stopped
+    abnormally); the bound's round-off is now ~1e-9 nats.
+    """
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.uniform(size=(2000, 2)))
+    y = torch.tensor(np.sin(6 * x[:, :1].numpy()) + 0.1 * rng.standard_normal((2000, 1)))
+    kernel = TorchKernel(ConstantKernel(80.0) * RBF([0.3, 1.9]) + WhiteKernel(0.01))
+    z = x[:64].clone()
+    z[32:] = z[:32] + 1e-4  # near-duplicate inducing inputs
+    alpha = torch.full((2000,), 1e-10, dtype=torch.float64)
+    theta = kernel.theta_tensor()
+    values = [_sparse.elbo_value_and_grad(kernel, theta * (1 + d), z, x, y, alpha, jitter=1e-8,
+                                          batch_size=8192, grad_theta=False)[0]
+              for d in (0.0, 1e-15, -1e-15, 1e-14, -1e-14)]
+    assert np.ptp(values) < 1e-6, values
