@@ -22,6 +22,7 @@ from .._krylov import (
 )
 from ..linalg import cholesky_solve, logdet_from_cholesky, solve_lower, try_cholesky
 
+
 def log_marginal_likelihood(kernel, theta, X, Y, alpha, eval_gradient=False):
     """scikit-learn's log marginal likelihood, summed over targets, and its gradient.
 
@@ -73,7 +74,8 @@ def log_marginal_likelihood(kernel, theta, X, Y, alpha, eval_gradient=False):
 
 
 def lml_from_factor(L, Y, a):
-    """Log marginal likelihood from ``L = chol(K_A)`` and ``a = K_A^{-1} Y``, summed over targets."""
+    """Log marginal likelihood from ``L = chol(K_A)`` and ``a = K_A^{-1} Y``, summed over
+    targets."""
     n, n_targets = Y.shape
     lml = (-0.5 * (Y * a).sum() - 0.5 * n_targets * logdet_from_cholesky(L)
            - 0.5 * n * n_targets * math.log(2 * math.pi))

@@ -19,7 +19,6 @@ from sklearn.utils import check_array
 from .._base import rows_per_chunk, state_to_device, to_numpy
 
 
-
 def sklearn_layout(values, squeeze):
     """(n, S, T) draws -> scikit-learn's ``sample_y`` layout (n, T, S), or (n, S)."""
     out = values.transpose(1, 2)

@@ -159,4 +159,3 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     V = post.update(f[:n], generator).reshape(n, S * T)
     cross = post.kernel(Xq, centers, part="signal")
     return post.y_mean + post.y_std * (f[n:] + (cross @ V).reshape(-1, S, T))
-

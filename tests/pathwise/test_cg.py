@@ -101,8 +101,10 @@ def test_pickle_round_trip_keeps_cg_and_sparse_predictions(options):
     np.testing.assert_array_equal(clone.sample_y(XQ, 4), gp.sample_y(XQ, 4))
 
 
-@pytest.mark.parametrize("options", [dict(n_inducing=10), dict(n_inducing=10, optimizer="adam",
-                                                                 minibatch_size=40, max_iter=30)])
+@pytest.mark.parametrize("options", [
+    dict(n_inducing=10),
+    dict(n_inducing=10, optimizer="adam", minibatch_size=40, max_iter=30),
+])
 def test_sparse_fit_stores_the_fitted_noise_and_signal_kernel(options):
     kernel = ConstantKernel(1.0) * RBF([1.0, 1.0]) + WhiteKernel(1.0)
     gp = PathwiseGPSampler(kernel, random_state=0, device="cpu", alpha=1e-3,

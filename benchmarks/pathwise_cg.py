@@ -1,0 +1,395 @@
+"""Issue 14, exact mode with ``solver="cg"``: 64 draws past the Cholesky limit, and the
+moment oracle for CG draws against Cholesky draws.
+
+Kernel (fixed, ``optimizer=None``): ``ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed") +
+WhiteKernel(1e-2, "fixed")``; data ``skgpx.datasets.make_matern_2d`` (X ~ U([-2, 2]^2), a
+smooth surface, noise variance 1e-2).  float64; on the CPU (default) one thread.
+
+Part "scale": n = 50 000 training points, n* = 10 000 query points (``random_state=1``),
+S = 64 draws, F = 1024 features, ``PathwiseGPSampler(kernel, optimizer=None,
+solver="cg", cg_preconditioner_rank=r)`` for r in {100, 0} (``--ranks``; r = 0 is the
+Jacobi preconditioner, which for a stationary kernel is plain CG).  Each r runs once
+(no warm-up: one run is minutes on one core) in a fresh child process: fit (the
+preconditioner and the CG solve of K_A^-1 y, ``cg_n_iter_``), ``sample_functions(64)``
+(the block CG solve of the 64 draws' updates) and the evaluation at X*; peak RSS of the
+child (target < 3 GB).  Plain CG needs hundreds of iterations (see the n = 4000 table)
+at about 10 s each on one core at this n, so r = 0 gets its own cut-off
+(``--rank0-cutoff``) and reads DNF on the CPU.  What Cholesky would need is printed
+from the sizes: one n x n float64 matrix is n^2 * 8 bytes, and a Cholesky solve holds at
+least two (K_A and its factor; scikit-learn's GPR three: distances, K, L).
+
+Part "oracle": n = 4000 (the same data generator), 40 query points in [-2.5, 2.5]^2,
+S = 2000 latent draws (``predict_noise="latent"``) with independent bases
+(``shared_basis=False``, F = 64: the covariance of the draws is then exact, so the tight
+test applies), the same ``random_state`` for every solver so that they share every random
+number.  Rows: ``solver="cholesky"`` and ``solver="cg"`` with rank 100 (``--oracle-ranks``).
+The test is spec 6.1 / ``tests/pathwise/test_moments.py`` (its helpers are imported): the
+exact latent posterior (dense numpy), max_i |m_hat_i - m_i| / sqrt(C_ii / S) <= 5 and
+max_ij |C_hat_ij - C_ij| / sqrt((C_ii C_jj + C_ij^2) / S) <= 5.5.  Also printed: max |CG
+draws - Cholesky draws| (same random numbers: the solver error alone) and the
+iterations of the fit solve (1 right-hand side) for ranks 0 and 100 at this n.
+
+Usage::
+
+    .venv/bin/python benchmarks/pathwise_cg.py                  # full protocol (CPU)
+    .venv/bin/python benchmarks/pathwise_cg.py --quick          # smoke run
+    .venv/bin/python benchmarks/pathwise_cg.py --device cuda    # the same on a GPU
+"""
+
+import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+SCRIPT = os.path.abspath(__file__)
+ROOT = os.path.dirname(os.path.dirname(SCRIPT))
+PARTS = ("scale", "oracle")
+LENGTH_SCALE, NOISE = 0.5, 1e-2
+N_CHECK = 256
+
+
+def make_kernel(white=True):
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+    signal = ConstantKernel(1.0, "fixed") * RBF(LENGTH_SCALE, "fixed")
+    return signal + WhiteKernel(NOISE, "fixed") if white else signal
+
+
+def make_data(n, seed=0):
+    from skgpx.datasets import make_matern_2d
+
+    return make_matern_2d(n, length_scale=0.5, noise_variance=NOISE, random_state=seed)
+
+
+def oracles():
+    """The moment oracle of tests/pathwise (imported, not copied)."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from tests.pathwise import _oracles
+
+    return _oracles
+
+
+def ours(**params):
+    from skgpx import PathwiseGPSampler
+
+    return PathwiseGPSampler(make_kernel(), optimizer=None, **params)
+
+
+class SolveCounter:
+    """Counts the iterations of the draws' CG solve by wrapping the fitted solver's
+    ``solve`` (a private attribute: diagnostics only, "-" when it is not there)."""
+
+    def __init__(self, est):
+        self.n_iter = None
+        solver = getattr(est, "_cg", None)
+        if solver is None or not hasattr(solver, "solve"):
+            return
+        original = solver.solve
+
+        def solve(*args, **kwargs):
+            out = original(*args, **kwargs)
+            self.n_iter = int(out[1])
+            return out
+
+        solver.solve = solve
+
+
+# ---------------------------------------------------------------- child cells
+
+
+def setup(cfg):
+    warnings.filterwarnings("ignore")
+    import skgpx  # noqa: F401  (outside the timed region)
+
+    if cfg["kind"] == "scale":
+        X, y = make_data(cfg["n"])
+        Xs, _ = make_data(cfg["n_star"], seed=1)
+        return {"cfg": cfg, "X": X, "y": y, "Xs": Xs}
+    return {"cfg": cfg}
+
+
+def run_once(state):
+    if state["cfg"]["kind"] == "scale":
+        return _run_scale(state)
+    return _run_oracle(state)
+
+
+def _run_scale(state):
+    cfg, X, y, Xs = state["cfg"], state["X"], state["y"], state["Xs"]
+    dev = cfg["device"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with C.Timer(dev) as t_all:
+            with C.Timer(dev) as t_fit:
+                est = ours(solver="cg", cg_preconditioner_rank=cfg["rank"],
+                           n_features=cfg["F"], device=dev).fit(X, y)
+            counter = SolveCounter(est)
+            with C.Timer(dev) as t_build:
+                functions = est.sample_functions(cfg["S"], random_state=0)
+            with C.Timer(dev) as t_eval:
+                values = functions(Xs)
+        mean = est.predict(Xs[:N_CHECK])
+    draws = values[:N_CHECK]
+    S = draws.shape[1]
+    sd = np.sqrt(np.maximum(draws.var(1, ddof=1), 1e-300))
+    info = {"shape": list(values.shape), "finite": bool(np.isfinite(values).all()),
+            "cg_n_iter": int(est.cg_n_iter_), "draw_n_iter": counter.n_iter,
+            "mean_check": mean.tolist(),
+            "max_abs_z_vs_predict": float(np.max(np.abs(draws.mean(1) - mean) / (sd / np.sqrt(S)))),
+            "warnings": sorted({f"{w.category.__name__}: {str(w.message)[:150]}"
+                                for w in caught})}
+    return {"total": t_all.seconds, "fit": t_fit.seconds, "build": t_build.seconds,
+            "eval": t_eval.seconds, "info": info}
+
+
+def _run_oracle(state):
+    cfg = state["cfg"]
+    orc = oracles()
+    X, y = make_data(cfg["n"])
+    Xq = np.random.default_rng(3).uniform(-2.5, 2.5, size=(40, 2))
+    mean, cov = orc.exact_posterior(make_kernel(white=False), X, y, Xq, NOISE)
+    rows, draws = {}, {}
+    t0 = time.perf_counter()
+    for label, params in cfg["methods"]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t = time.perf_counter()
+            est = ours(shared_basis=False, n_features=cfg["F"], predict_noise="latent",
+                       device=cfg["device"], **params).fit(X, y)
+            t_fit = time.perf_counter() - t
+            counter = SolveCounter(est)
+            t = time.perf_counter()
+            d = est.sample_y(Xq, n_samples=cfg["S"], random_state=cfg["seed"])
+            t_draw = time.perf_counter() - t
+        mean_z, cov_z, _, _ = orc.moment_z_scores(d, mean, cov)
+        draws[label] = d
+        rows[label] = {"fit": t_fit, "draw": t_draw, "mean_z": mean_z, "cov_z": cov_z,
+                       "cg_n_iter": getattr(est, "cg_n_iter_", None),
+                       "draw_n_iter": counter.n_iter,
+                       "warnings": sorted({f"{w.category.__name__}: {str(w.message)[:150]}"
+                                           for w in caught})}
+    ref = draws.get("cholesky")
+    for label, d in draws.items():
+        if ref is not None and label != "cholesky":
+            rows[label]["max_diff_vs_cholesky"] = float(np.abs(d - ref).max())
+    iterations = {}
+    for rank in cfg["iter_ranks"]:
+        t = time.perf_counter()
+        est = ours(solver="cg", cg_preconditioner_rank=rank, device=cfg["device"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X, y)
+        iterations[str(rank)] = {"cg_n_iter": int(est.cg_n_iter_),
+                                 "seconds": time.perf_counter() - t}
+    var = np.diag(cov)
+    info = {"rows": rows, "iterations": iterations, "mean_z_max": orc.MEAN_Z_MAX,
+            "cov_z_max": orc.COV_Z_MAX, "var_range": [float(var.min()), float(var.max())]}
+    return {"total": time.perf_counter() - t0, "info": info}
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def part_scale(args):
+    out = {}
+    for rank in args.ranks:
+        cutoff = args.rank0_cutoff if rank == 0 else args.cutoff
+        label = f"cg rank={rank} n={args.n} n*={args.n_star}"
+        print(f"  running {label} (cut-off {cutoff:.0f} s) ...", flush=True)
+        cfg = {"kind": "scale", "n": args.n, "n_star": args.n_star, "S": args.samples,
+               "F": args.features, "rank": rank, "device": args.device, "repeats": 1,
+               "budget": 0.0}
+        rec = C.run_cell(SCRIPT, cfg, cutoff=cutoff, label=label,
+                         mem_limit=args.mem_fraction * C.total_ram_bytes())
+        if rec["status"] != "ok":
+            print(f"    {label}: {rec['status']}: {rec.get('note', '')}", flush=True)
+        out[rank] = rec
+    return out
+
+
+def part_oracle(args):
+    methods = [("cholesky", {"solver": "cholesky"})]
+    methods += [(f"cg rank={r}", {"solver": "cg", "cg_preconditioner_rank": r})
+                for r in args.oracle_ranks]
+    cfg = {"kind": "oracle", "n": args.oracle_n, "S": args.oracle_S, "F": 64, "seed": 1,
+           "methods": methods, "iter_ranks": sorted({0, 100} | set(args.oracle_ranks)),
+           "device": args.device, "repeats": 1, "budget": 0.0}
+    label = f"oracle n={args.oracle_n} S={args.oracle_S}"
+    print(f"  running {label} ...", flush=True)
+    rec = C.run_cell(SCRIPT, cfg, cutoff=args.cutoff, label=label,
+                     mem_limit=args.mem_fraction * C.total_ram_bytes())
+    if rec["status"] != "ok":
+        print(f"    {label}: {rec['status']}: {rec.get('note', '')}", flush=True)
+    return rec
+
+
+def cholesky_bytes(n):
+    return n * n * 8.0
+
+
+def report_scale(args, res, lines):
+    headers = ["rank", "total s", "fit s", "build s", "eval s", "cg_n_iter_ (fit)",
+               "draw solve iters", "peak RSS", "dRSS", "check", "warnings"]
+    rows = []
+    means = {}
+    for rank in args.ranks:
+        rec = res[rank]
+        if rec.get("status") != "ok":
+            note = rec.get("note", "")
+            rows.append([rank, "DNF" if rec.get("status") == "DNF" else rec.get("status"),
+                         "", "", "", "", "", C.fmt_bytes(rec.get("peak_rss_seen")), "",
+                         note[:70], ""])
+            continue
+        t, info = rec["times"], rec["info"]
+        means[rank] = np.array(info["mean_check"])
+        rows.append([rank, C.fmt_seconds(t["total"][0]), C.fmt_seconds(t["fit"][0]),
+                     C.fmt_seconds(t["build"][0]), C.fmt_seconds(t["eval"][0]),
+                     info["cg_n_iter"], info["draw_n_iter"] if info["draw_n_iter"] else "-",
+                     C.fmt_bytes(rec["peak_rss"]),
+                     C.fmt_bytes(rec["peak_rss"] - rec["baseline_rss"]),
+                     f"z={info['max_abs_z_vs_predict']:.1f} finite={info['finite']}",
+                     len(info["warnings"])])
+    n = args.n
+    one = cholesky_bytes(n)
+    ram = C.total_ram_bytes()
+    notes = [f"n={n}, n*={args.n_star}, d=2, S={args.samples}, F={args.features}, RBF(0.5) + "
+             f"noise {NOISE}, device={args.device}; one run each (no warm-up); "
+             "total = fit + sample_functions + evaluation at X*",
+             "cg_n_iter_ = the fit's solve K_A^-1 y (1 right-hand side); draw solve iters = "
+             f"the block solve of the {args.samples} draws' updates",
+             "peak RSS = the child's ru_maxrss (imports and data included); dRSS = peak minus "
+             "the RSS after loading the data",
+             "check: max |z| of the S-draw mean against predict()'s mean at 256 points, with "
+             "the draws' own sd (about 3-4 when right)",
+             f"Cholesky at this n: one n x n float64 matrix = n^2 * 8 B = {C.fmt_bytes(one)}; "
+             f"K_A + its factor (2 buffers) = {C.fmt_bytes(2 * one)}, scikit-learn's GPR (3: "
+             f"distances, K, L) = {C.fmt_bytes(3 * one)}; this machine has "
+             f"{C.fmt_bytes(ram)} of RAM"]
+    if 0 in means and 100 in means:
+        notes.append(f"max |predict mean (rank 0) - predict mean (rank 100)| at the check "
+                     f"points = {np.abs(means[0] - means[100]).max():.2e}")
+    for rank in args.ranks:
+        rec = res[rank]
+        for w in rec.get("info", {}).get("warnings", []):
+            notes.append(f"rank {rank}: {w}")
+    C.print_table("Exact draws with solver='cg' past the Cholesky limit", headers, rows,
+                  align="rrrrrrrrrll", notes=notes)
+    for rank in args.ranks:
+        rec = res[rank]
+        if rec.get("status") == "ok":
+            peak = rec["peak_rss"]
+            lines.append(f"{C.verdict(peak < 3e9)}  n={n}, rank={rank}: peak RSS = "
+                         f"{C.fmt_bytes(peak)} (target < 3 GB; Cholesky would need >= "
+                         f"{C.fmt_bytes(2 * one)}); {args.samples} draws in "
+                         f"{rec['times']['total'][0]:.1f} s, cg_n_iter_={rec['info']['cg_n_iter']}")
+        elif rec.get("status") == "DNF":
+            lines.append(f"n/a   n={n}, rank={rank}: DNF ({rec.get('note', '')}); peak RSS "
+                         f"seen {C.fmt_bytes(rec.get('peak_rss_seen'))}")
+        else:
+            lines.append(f"MISS  n={n}, rank={rank}: {rec.get('status')}: {rec.get('note', '')}")
+
+
+def report_oracle(args, rec, lines):
+    if rec.get("status") != "ok":
+        lines.append(f"MISS  oracle: {rec.get('status')}: {rec.get('note', '')}")
+        return
+    info = rec["info"]
+    zm, zc = info["mean_z_max"], info["cov_z_max"]
+    headers = ["solver", "fit s", "draw s", "cg_n_iter_ (fit)", "draw solve iters",
+               "max mean z", "max cov z", "max |draws - cholesky|", "verdict"]
+    rows = []
+    for label, row in info["rows"].items():
+        ok = row["mean_z"] <= zm and row["cov_z"] <= zc
+        rows.append([label, C.fmt_seconds(row["fit"]), C.fmt_seconds(row["draw"]),
+                     row["cg_n_iter"] if row["cg_n_iter"] is not None else "-",
+                     row["draw_n_iter"] if row["draw_n_iter"] else "-",
+                     f"{row['mean_z']:.2f}", f"{row['cov_z']:.2f}",
+                     f"{row['max_diff_vs_cholesky']:.1e}" if "max_diff_vs_cholesky" in row
+                     else "-", C.verdict(ok)])
+        lines.append(f"{C.verdict(ok)}  n={args.oracle_n} {label}: max mean z = "
+                     f"{row['mean_z']:.2f} (<= {zm}), max cov z = {row['cov_z']:.2f} "
+                     f"(<= {zc}), S={args.oracle_S}")
+    notes = [f"n={args.oracle_n}, 40 query points in [-2.5, 2.5]^2 (exact posterior variances "
+             f"in [{info['var_range'][0]:.2g}, {info['var_range'][1]:.2g}]), S={args.oracle_S}, "
+             "shared_basis=False, F=64, the same random_state for every solver",
+             "z-scores and thresholds: tests/pathwise/_oracles.moment_z_scores (spec 6.1); "
+             "max |draws - cholesky| = the solver error alone (same random numbers)",
+             "iterations of the fit solve (1 right-hand side) at this n: " + ", ".join(
+                 f"rank {r}: {v['cg_n_iter']} ({v['seconds']:.1f} s)"
+                 for r, v in info["iterations"].items())]
+    for label, row in info["rows"].items():
+        for w in row["warnings"]:
+            notes.append(f"{label}: {w}")
+    C.print_table("Moment oracle: CG draws vs Cholesky draws against the exact posterior",
+                  headers, rows, align="lrrrrrrrl", notes=notes)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: n=5000/n*=2000 (rank 100 only), oracle n=1000, S=1000")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list from {PARTS}")
+    p.add_argument("--n", type=int, default=50_000)
+    p.add_argument("--n-star", type=int, default=10_000)
+    p.add_argument("--ranks", default="100,0", help="cg_preconditioner_rank values (100,0)")
+    p.add_argument("--samples", type=int, default=64)
+    p.add_argument("--features", type=int, default=1024)
+    p.add_argument("--oracle-n", type=int, default=4000)
+    p.add_argument("--oracle-S", type=int, default=2000)
+    p.add_argument("--oracle-ranks", default="100",
+                   help="CG ranks in the moment oracle (100)")
+    p.add_argument("--cutoff", type=float, default=1800.0,
+                   help="seconds: a cell running longer is killed -> DNF (1800)")
+    p.add_argument("--rank0-cutoff", type=float, default=300.0,
+                   help="cut-off of the rank-0 cell of the scale part (300)")
+    p.add_argument("--mem-fraction", type=float, default=0.75)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--json", default=None, help="also write all records to this JSON file")
+    args = p.parse_args(argv)
+    args.parts = C.parse_choices(p, args.parts, PARTS, "part")
+    args.ranks = [int(r) for r in args.ranks.split(",") if r]
+    args.oracle_ranks = [int(r) for r in args.oracle_ranks.split(",") if r]
+    if args.quick:
+        args.n, args.n_star, args.ranks = 5000, 2000, [100]
+        args.oracle_n, args.oracle_S = 1000, 1000
+    return args
+
+
+def main(argv=None):
+    if C.run_child_cell(setup, run_once, warmup=False):
+        return
+    args = parse_args(argv)
+    C.print_header("pathwise_cg.py  -  issue 14: exact draws with solver='cg'", args,
+                   device=args.device)
+    print(f"load average at start: {C.load_average()}")
+    results, lines = {}, []
+    if "scale" in args.parts:
+        results["scale"] = part_scale(args)
+        report_scale(args, results["scale"], lines)
+    if "oracle" in args.parts:
+        results["oracle"] = part_oracle(args)
+        report_oracle(args, results["oracle"], lines)
+    print(f"load average at end: {C.load_average()}")
+    print()
+    print("Targets (issue 14, CG), measured in this run:")
+    for line in lines:
+        print("  " + line)
+    print(flush=True)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)) or ".", exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump({k: ({str(r): v for r, v in res.items()} if k == "scale" else res)
+                       for k, res in results.items()}, fh, indent=1, default=str)
+        print(f"records written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
