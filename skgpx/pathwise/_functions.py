@@ -140,9 +140,19 @@ class PathwiseFunctions:
         Xt, is_torch = self._as_tensor(X)
         if Xt.dim() != 2:
             raise ValueError(f"X must be 2-D (n_queries, n_features); got shape {tuple(Xt.shape)}.")
-        with nullcontext() if is_torch else torch.no_grad():
-            out = sklearn_layout(self.values(Xt), self._squeeze)
-        return out if is_torch else to_numpy(out)
+        if is_torch:
+            return sklearn_layout(self.values(Xt), self._squeeze)
+        # numpy out: chunks go straight into the result, so the draws are held once, not
+        # three times (tensor, its transpose, the numpy copy): 64 draws at a million rows
+        # are 512 MB each time
+        n, S, T = Xt.shape[0], self.n_samples, self.n_targets
+        out = np.empty((n, S) if self._squeeze else (n, T, S))
+        step = self._rows_per_chunk()
+        with torch.no_grad():
+            for i in range(0, n, step):
+                out[i : i + step] = to_numpy(sklearn_layout(self.values(Xt[i : i + step]),
+                                                            self._squeeze))
+        return out
 
     def values(self, X):
         """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T)."""
