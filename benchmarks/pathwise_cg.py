@@ -346,8 +346,8 @@ def parse_args(argv=None):
     p.add_argument("--oracle-S", type=int, default=2000)
     p.add_argument("--oracle-ranks", default="100",
                    help="CG ranks in the moment oracle (100)")
-    p.add_argument("--cutoff", type=float, default=1800.0,
-                   help="seconds: a cell running longer is killed -> DNF (1800)")
+    p.add_argument("--cutoff", type=float, default=3600.0,
+                   help="seconds: a cell running longer is killed -> DNF (3600)")
     p.add_argument("--rank0-cutoff", type=float, default=300.0,
                    help="cut-off of the rank-0 cell of the scale part (300)")
     p.add_argument("--mem-fraction", type=float, default=0.75)

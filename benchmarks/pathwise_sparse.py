@@ -452,6 +452,8 @@ def warmup(state):
         init = state["init"]
         train_gpytorch(state["X"][:2000], state["yn"][:2000], init["Z"][:64],
                        (1.0, np.ones(D), 1.0), cfg["method"], None, cap=0.5)
+    elif kind == "w2":  # one pass over the seeds is the measurement; no warm-up
+        return {"total": 0.0}
     else:
         return run_once(state)
     return {"total": time.perf_counter() - t0}
@@ -993,8 +995,8 @@ def parse_args(argv=None):
     p.add_argument("--adam-lr", type=float, default=0.1, help="GPyTorch Adam step size (0.1)")
     p.add_argument("--elbo-tol", type=float, default=1e-3,
                    help="GPyTorch target: ours' ELBO/n minus this (1e-3)")
-    p.add_argument("--peer-cap", type=float, default=600.0,
-                   help="seconds of GPyTorch training before DNF (600)")
+    p.add_argument("--peer-cap", type=float, default=900.0,
+                   help="seconds of GPyTorch training before DNF (900)")
     p.add_argument("--n-star-big", type=int, default=1_000_000)
     p.add_argument("--n-star-peer", type=int, default=100_000)
     p.add_argument("--samples", type=int, default=64, help="S draws (64)")

@@ -321,3 +321,18 @@ def test_matheron_update_is_the_solve_of_the_residual_with_broadcasting():
     expected = np.linalg.solve(SPD, (y.numpy() - f.numpy() - e.numpy()).reshape(6, -1))
     assert v.shape == (6, 4, 2)
     np.testing.assert_allclose(v.numpy().reshape(6, -1), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gram_equals_the_plain_product(dtype):
+    # gram (syrk) against numpy, on its BLAS route and on the plain route (a
+    # non-contiguous view, autograd)
+    from skgpx.linalg import gram
+
+    rng = np.random.default_rng(0)
+    A = torch.tensor(rng.standard_normal((7, 40)), dtype=dtype)
+    tol = 1e-12 if dtype == torch.float64 else 1e-4
+    a = A.double().numpy()
+    for G in (gram(A), gram(A.T.contiguous().T), gram(A.clone().requires_grad_())):
+        assert G.dtype == dtype
+        np.testing.assert_allclose(G.detach().double().numpy(), a @ a.T, rtol=tol, atol=tol)

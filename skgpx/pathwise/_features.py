@@ -11,6 +11,11 @@ with ``F/2`` frequencies ``Omega = omega / l`` drawn from the normalised spectra
 density (or the random-phase cosine map with ``F`` frequencies).  Constant and linear
 terms have exact finite features.  Every block carries a leading batch axis of size
 ``B``: 1 for a basis shared by all sample paths, ``S`` for one basis per path.
+
+Evaluating many paths at many rows, :meth:`RandomFeatures.accumulate_transposed` forms
+``W^T phi(X)^T`` in feature-major layout, block by block, into reused buffers: no
+concatenated feature matrix, the scale folded into the product, and a (K x F)(F x n)
+product that runs about twice as fast as (n x F)(F x K) for small K on MKL.
 """
 
 import math
@@ -39,6 +44,20 @@ class _StationaryBlock(CPUPickleMixin):
             return self.scale * torch.cos(arg + self.phases.unsqueeze(-2))
         return self.scale * torch.cat([torch.cos(arg), torch.sin(arg)], dim=-1)
 
+    def accumulate_transposed(self, X, Wt, out, buffers):
+        """``out += Wt @ phi(X)^T`` for ``Wt`` (B, K, width), ``out`` (B, K, n); no autograd."""
+        B, P, n = self.frequencies.shape[0], self.frequencies.shape[1], X.shape[0]
+        centred = buffers.get("centred", (X.shape[1], n), X)
+        torch.sub(X.T, self.shift[:, None], out=centred)
+        arg = torch.matmul(self.frequencies, centred, out=buffers.get("arg", (B, P, n), X))
+        if self.phases is not None:
+            arg.add_(self.phases.unsqueeze(-1))
+            out.baddbmm_(Wt, arg.cos_(), alpha=self.scale)
+            return
+        trig = buffers.get("trig", (B, P, n), X)
+        out.baddbmm_(Wt[..., :P], torch.cos(arg, out=trig), alpha=self.scale)
+        out.baddbmm_(Wt[..., P:], arg.sin_(), alpha=self.scale)
+
     def to(self, device):
         self.frequencies, self.shift = self.frequencies.to(device), self.shift.to(device)
         if self.phases is not None:
@@ -58,6 +77,11 @@ class _ExactBlock(CPUPickleMixin):
         if self.sigma_0 is None:
             return self.scale * ones
         return self.scale * torch.cat([self.sigma_0 * ones, X], dim=-1)
+
+    def accumulate_transposed(self, X, Wt, out, buffers):
+        out.add_(Wt[..., :1], alpha=self.scale * (1.0 if self.sigma_0 is None else self.sigma_0))
+        if self.sigma_0 is not None:
+            out.baddbmm_(Wt[..., 1:], X.T.expand(Wt.shape[0], -1, -1), alpha=self.scale)
 
     def to(self, device):
         return self
@@ -82,6 +106,19 @@ class RandomFeatures:
             batch = max(batch, self.n_bases)
         return torch.cat([p.expand(batch, X3.shape[1], p.shape[-1]) for p in parts], dim=-1)
 
+    def accumulate_transposed(self, X, Wt, out, buffers):
+        """``out += (phi(X) @ W)^T`` block by block: ``X`` (n, d), ``Wt`` the transposed
+        weights (B, K, F), ``out`` (B, K, n).  In place, without autograd; ``buffers``
+        (a :class:`Buffers`) holds the per-block intermediates between calls."""
+        start = 0
+        for block in self.blocks:
+            if isinstance(block, _ExactBlock):
+                width = 1 if block.sigma_0 is None else 1 + X.shape[1]
+            else:
+                width = block.n_features
+            block.accumulate_transposed(X, Wt[..., start : start + width], out, buffers)
+            start += width
+
     def n_features(self, n_features_in):
         total = 0
         for block in self.blocks:
@@ -100,6 +137,25 @@ class RandomFeatures:
     def to(self, device):
         self.blocks = [block.to(device) for block in self.blocks]
         return self
+
+
+class Buffers:
+    """Named scratch tensors reused across row chunks.
+
+    A fresh tensor per chunk is a fresh ``mmap`` whose pages fault in again: the
+    sin/cos of a (512 x 1024) block takes 9 ns per value that way against 5 ns here.
+    """
+
+    def __init__(self):
+        self._store = {}
+
+    def get(self, name, shape, like):
+        size = math.prod(shape)
+        buf = self._store.get(name)
+        stale = buf is None or buf.dtype != like.dtype or buf.device != like.device
+        if stale or buf.numel() < size:
+            buf = self._store[name] = like.new_empty(size)
+        return buf[:size].view(shape)
 
 
 def _split(total, parts):

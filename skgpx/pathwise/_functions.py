@@ -17,6 +17,8 @@ import torch
 from sklearn.utils import check_array
 
 from .._base import rows_per_chunk, state_to_device, to_numpy
+from ._features import Buffers
+from ._sparse import stationary_cross
 
 
 def sklearn_layout(values, squeeze):
@@ -79,10 +81,12 @@ class PathwiseFunctions:
         """Move every stored tensor to ``device`` (in place); returns ``self``."""
         self.__dict__.update(state_to_device(self.__dict__, device))
         self._features.to(device)
+        self._transposed = None
         return self
 
     def __getstate__(self):
         state = state_to_device(self.__dict__, "cpu")  # feature blocks pickle from the CPU too
+        state.pop("_transposed", None)  # a cache, rebuilt on first use
         state["_device"] = str(self.device)
         return state
 
@@ -116,6 +120,31 @@ class PathwiseFunctions:
             out = out + (K @ self._update_weights.reshape(K.shape[1], S * T)).reshape(n, S, T)
         return out
 
+    def _latent_into(self, X, out, buffers):
+        """``_latent`` without autograd, written into ``out`` (n, S, T).
+
+        Everything is formed transposed, (S*T, n): the feature part by
+        :meth:`RandomFeatures.accumulate_transposed`, the update as ``V^T k(C, X)`` with
+        the cross-kernel by one matrix product for stationary kernels.
+        """
+        n, S, T = X.shape[0], self.n_samples, self.n_targets
+        B, F, K = self._prior_weights.shape
+        if getattr(self, "_transposed", None) is None:  # built once per path batch
+            cross = None if self._centers is None else stationary_cross(
+                self._kernel, self._theta, self._centers)
+            V_t = None if self._centers is None else \
+                self._update_weights.reshape(self._centers.shape[0], S * T).T.contiguous()
+            self._transposed = (self._prior_weights.transpose(1, 2).contiguous(), V_t, cross)
+        W_t, V_t, cross = self._transposed
+        acc = buffers.get("values", (B, K, n), X).zero_()
+        self._features.accumulate_transposed(X, W_t, acc, buffers)
+        flat = acc.view(S * T, n)  # row s*T + t for a shared basis (B=1) and for B=S alike
+        if self._centers is not None:
+            K_cx = (self._kernel(self._centers, X, self._theta, part="signal") if cross is None
+                    else cross.block(X))
+            flat.addmm_(V_t, K_cx)
+        out.copy_(flat.T.view(n, S, T))
+
     def _rows_per_chunk(self):
         B, F, _ = self._prior_weights.shape
         N = 0 if self._centers is None else self._centers.shape[0]
@@ -148,19 +177,30 @@ class PathwiseFunctions:
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         out = np.empty((n, S) if self._squeeze else (n, T, S))
         step = self._rows_per_chunk()
+        buffers = Buffers()
         with torch.no_grad():
             for i in range(0, n, step):
-                out[i : i + step] = to_numpy(sklearn_layout(self.values(Xt[i : i + step]),
-                                                            self._squeeze))
+                values = self.values(Xt[i : i + step], buffers)
+                out[i : i + step] = to_numpy(sklearn_layout(values, self._squeeze))
         return out
 
-    def values(self, X):
-        """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T)."""
+    def values(self, X, buffers=None):
+        """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T).
+
+        Differentiable with respect to ``X`` when autograd is on and ``X`` requires it;
+        otherwise the faster in-place route (``buffers``: scratch shared across calls).
+        """
         step = self._rows_per_chunk()
         # one preallocated output (see _sampling._prior_at: per-chunk lists fragment the heap)
         latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
+        differentiable = torch.is_grad_enabled() and X.requires_grad
+        buffers = buffers if buffers is not None else Buffers()
         for i in range(0, X.shape[0], step):
-            latent[i : i + step] = self._latent(X[i : i + step])
+            if differentiable:
+                latent[i : i + step] = self._latent(X[i : i + step])
+            else:
+                with torch.no_grad():
+                    self._latent_into(X[i : i + step], latent[i : i + step], buffers)
         return self._y_mean + self._y_std * latent
 
     def evaluate_batched(self, Xb):

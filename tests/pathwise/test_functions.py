@@ -215,3 +215,25 @@ def test_gradient_is_finite_at_a_training_input(name):
     Xb = torch.tensor(est.X_train_[:6].reshape(3, 2, 1), requires_grad=True)
     f.evaluate_batched(Xb).sum().backward()
     assert torch.isfinite(Xb.grad).all()
+
+
+@pytest.mark.parametrize("config", ["shared", "independent", "cosine"])
+def test_feature_major_evaluation_equals_the_feature_matrix(config):
+    # f(X) forms W^T phi(X)^T block by block into reused buffers; evaluate_batched and
+    # the autograd route form phi(X) @ W.  Constant and linear blocks included, d = 2.
+    from sklearn.gaussian_process.kernels import RBF, DotProduct, WhiteKernel
+
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-1, 1, (25, 2))
+    y = X[:, 0] * 2 + np.sin(3 * X[:, 1]) + 0.1 * rng.standard_normal(25)
+    kernel = (ConstantKernel(1.5) * RBF([0.7, 1.3]) + ConstantKernel(0.4)
+              + DotProduct(sigma_0=0.8) + WhiteKernel(0.01))
+    n_features = 65 if config == "cosine" else 66
+    est = PathwiseGPSampler(kernel, optimizer=None, **{**CONFIGS[config], "n_features": n_features})
+    f = est.fit(X, y).sample_functions(4, random_state=1)
+    Xq = rng.uniform(-1.5, 1.5, (4, 9, 2))
+    batched = f.evaluate_batched(Xq)
+    for s in range(4):
+        np.testing.assert_allclose(f(Xq[s])[:, s], batched[s], rtol=0, atol=1e-12)
+    Xt = torch.tensor(Xq[0], requires_grad=True)
+    np.testing.assert_allclose(f(Xt).detach().numpy(), f(Xq[0]), rtol=0, atol=1e-12)

@@ -76,3 +76,16 @@ def test_bound_is_smooth_when_inducing_points_crowd():
                                           batch_size=8192, grad_theta=False)[0]
               for d in (0.0, 1e-15, -1e-15, 1e-14, -1e-14)]
     assert np.ptp(values) < 1e-6, values
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_stationary_cross_block_equals_the_kernel(name):
+    # the in-place block (draw evaluation) and the parts (gradient pass) against sklearn
+    sk_kernel = KERNELS[name]()
+    kernel = TorchKernel(sk_kernel)
+    cross = _sparse.stationary_cross(kernel, kernel.theta_tensor(), Z)
+    signal = sk_kernel.k1 if isinstance(sk_kernel.k2, WhiteKernel) else sk_kernel
+    expected = signal(Z.numpy(), X[:50].numpy())
+    np.testing.assert_allclose(cross.block(X[:50]).numpy(), expected, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose((cross.scale * cross.parts(X[:50])[0]).numpy(), expected,
+                               rtol=1e-10, atol=1e-13)
