@@ -21,6 +21,7 @@ from .._base import (
     rows_per_chunk,
     to_numpy,
 )
+from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collection
 from ..kernels import TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
 from . import _sparse
@@ -36,6 +37,7 @@ from ._functions import sklearn_layout
 from ._optimize import optimize_exact, optimize_sparse
 from ._sampling import Posterior, draw_exact, draw_functions
 from ._sparse import (
+    Rows,
     check_sparse_noise,
     elbo_value_and_grad,
     fit_factors,
@@ -212,7 +214,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     objective_history_ : list of float
         Negative log marginal likelihood at each of those evaluations.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when X has string feature names.
     device_ : str
     dtype_ : str
@@ -364,6 +366,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             If the kernel matrix is not positive definite even with the largest jitter.
         """
         self._validate_params()
+        if is_dask_collection(X) or is_dask_collection(y):
+            return self._fit_dask(X, y)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
         device, dtype = self._fit_device_dtype()
         n = X.shape[0]
@@ -376,7 +380,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 "The number of targets seen in `y` is different from the parameter "
                 f"`n_targets`. Got {n_targets} != {self.n_targets}."
             )
-        mode = self._mode(kernel, X, device)
+        mode = self._mode(kernel, X.shape, device)
         if self.normalize_y:
             y_mean, y_std = column_standardisation(y.reshape(n, n_targets))
             y = (y - y_mean.reshape(y.shape[1:])) / y_std.reshape(y.shape[1:])
@@ -392,21 +396,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         fitting = self.optimizer is not None and (
             torch_kernel.n_dims > 0 or (mode == "sparse" and self.optimize_inducing))
         if mode == "sparse":
-            Z_t = tensor(Z)
-            signal, white = split_white_noise(kernel)
-            check_sparse_noise(float(alpha.min()) + white, white > 0)
-            if fitting:
-                theta, Z_t = optimize_sparse(self, torch_kernel, X_t, Y_t, alpha_t, Z_t, rng,
-                                             history)
-                kernel.theta = theta
-                kernel._check_bounds_params()
-                torch_kernel = TorchKernel(kernel)
+            kernel, torch_kernel, lml, factors = self._fit_sparse(
+                kernel, Rows(X_t, Y_t, alpha_t), tensor(Z), float(alpha.min()), fitting, rng,
+                history)
             signal, white = split_white_noise(kernel)  # at the fitted hyperparameters
             theta_t = torch_kernel.theta_tensor(device, dtype)
-            lml, factors = fit_factors(torch_kernel, theta_t, Z_t, X_t, Y_t, alpha_t,
-                                       jitter=self.jitter, batch_size=self.batch_size)
-            if not fitting:
-                history.append(-lml)
             L = a = solver = None
             jitter = factors.jitter
         else:
@@ -450,6 +444,99 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self._X, self._Y, self._L, self._noise_var = X_t, Y_t, L, noise_var
         self._a, self._cg, self._sparse = a, solver, factors
         self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
+        self._shift = X_t.mean(0)  # the random features' centre
+        self._sample_seed = draw_seed(rng)
+        return self
+
+    def _fit_sparse(self, kernel, rows, Z, alpha_min, fitting, rng, history):
+        """Optimise (if ``fitting``) and factorise the sparse model on ``rows``.
+
+        Returns the fitted ``(kernel, torch_kernel, elbo, factors)``.
+        """
+        torch_kernel = TorchKernel(kernel)
+        _, white = split_white_noise(kernel)
+        check_sparse_noise(alpha_min + white, white > 0)
+        if fitting:
+            theta, Z = optimize_sparse(self, torch_kernel, rows, Z, rng, history)
+            kernel.theta = theta
+            kernel._check_bounds_params()
+            torch_kernel = TorchKernel(kernel)
+        theta_t = torch_kernel.theta_tensor(Z.device, Z.dtype)
+        lml, factors = fit_factors(torch_kernel, theta_t, Z, rows, jitter=self.jitter,
+                                   batch_size=self.batch_size)
+        if not fitting:
+            history.append(-lml)
+        return kernel, torch_kernel, lml, factors
+
+    def _fit_dask(self, X, y):
+        """Sparse fit on Dask collections: the data stay on the workers (see
+        ``skgpx._dask.DaskRows``); each optimiser step is two passes over the blocks."""
+        X, Y, feature_names, y_was_1d = dask_training_data(X, y)
+        n, d = X.shape
+        n_targets = Y.shape[1]
+        if self.inducing_points is None and self.n_inducing is None:
+            raise ValueError(
+                "Fitting on Dask collections needs sparse mode: set n_inducing (say 512) "
+                "or inducing_points. The exact GP needs the n x n kernel matrix in one "
+                "process; call fit on in-memory arrays for it.")
+        if np.ndim(self.alpha) != 0:
+            raise ValueError("Fitting on Dask collections takes a scalar alpha; put "
+                             "per-row noise into a WhiteKernel or fit in memory.")
+        if self.optimizer == "adam" and self.minibatch_size is not None:
+            raise ValueError("minibatch_size (SVGP mini-batches) needs in-memory data; on "
+                             "Dask collections use optimizer='adam' with minibatch_size=None "
+                             "or the default L-BFGS-B, which take two passes per step.")
+        if self.n_targets is not None and n_targets != self.n_targets:
+            raise ValueError(
+                "The number of targets seen in `y` is different from the parameter "
+                f"`n_targets`. Got {n_targets} != {self.n_targets}.")
+        self.n_features_in_ = d  # what validate_data(reset=True) records
+        if feature_names is not None:
+            self.feature_names_in_ = feature_names
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        device, dtype = self._fit_device_dtype()
+        kernel = clone(default_kernel() if self.kernel is None else self.kernel)
+        self._check_options(kernel, d)
+        self._mode(kernel, (n, d), device)
+        x_mean, y_mean, y_std = dask_summaries(X, Y)
+        if self.normalize_y:
+            y_std[y_std < 10 * np.finfo(np.float64).eps] = 1.0
+            Y = (Y - y_mean) / y_std
+        else:
+            y_mean, y_std = np.zeros(n_targets), np.ones(n_targets)
+        rng = check_random_state(self.random_state)
+        tensor = lambda a: self._as_tensor(a, device, dtype)  # noqa: E731
+        Z = tensor(self._initial_inducing(X, rng))
+        torch_dtype = Z.dtype
+        rows = DaskRows(X, Y, float(self.alpha), torch_dtype, device)
+        history = []
+        fitting = self.optimizer is not None and (
+            TorchKernel(kernel).n_dims > 0 or self.optimize_inducing)
+        kernel, torch_kernel, lml, factors = self._fit_sparse(
+            kernel, rows, Z, float(self.alpha), fitting, rng, history)
+        signal, white = split_white_noise(kernel)
+        theta_t = torch_kernel.theta_tensor(device, torch_dtype)
+        self.kernel_ = kernel
+        self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
+        self.X_train_ = X  # lazy: the Dask collection, never gathered here
+        self.y_train_ = Y[:, 0] if y_was_1d else Y
+        self.y_train_mean_, self.y_train_std_ = y_mean, y_std
+        self.noise_variance_ = np.asarray(float(self.alpha) + white)
+        self.log_marginal_likelihood_value_ = float(lml)
+        self.jitter_ = float(factors.jitter)
+        self.objective_history_ = [float(v) for v in history]
+        self.n_iter_ = len(history)
+        self.inducing_points_ = to_numpy(factors.Z)
+        self.q_mu_ = to_numpy(factors.q_mu)
+        self.q_sqrt_ = to_numpy(factors.q_sqrt)
+        self.device_, self.dtype_ = device, self.dtype
+        self._torch_kernel, self._theta = torch_kernel, theta_t
+        self._X = self._Y = self._L = self._a = self._cg = None
+        self._noise_var = tensor(self.noise_variance_)
+        self._sparse = factors
+        self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
+        self._shift = tensor(x_mean)
         self._sample_seed = draw_seed(rng)
         return self
 
@@ -461,9 +548,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             )
         TorchKernel(kernel).check_n_features(n_features_in)
 
-    def _mode(self, kernel, X, device):
+    def _mode(self, kernel, shape, device):
         """'sparse', 'cholesky' or 'cg'; refuses, before any work, what cannot run."""
-        n, d = X.shape
+        n, d = shape
         itemsize = 4 if self.dtype == "float32" else 8
         sparse = self.inducing_points is not None or self.n_inducing is not None
         if self.inducing_points is not None and self.n_inducing is not None:
@@ -552,9 +639,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             return Posterior(
                 kernel=self._torch_kernel, signal_kernel=self.signal_kernel_,
                 theta=self._theta, X=self._X, Y=self._Y, L=self._L, cg=self._cg,
-                inducing=self._sparse, noise_var=self._noise_var,
-                y_mean=self._y_mean, y_std=self._y_std, n_targets=self._Y.shape[1],
-                squeeze=self._Y.shape[1] == 1, n_features_in=self.n_features_in_,
+                inducing=self._sparse, noise_var=self._noise_var, shift=self._shift,
+                y_mean=self._y_mean, y_std=self._y_std, n_targets=len(self.y_train_mean_),
+                squeeze=self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1,
+                n_features_in=self.n_features_in_,
             )
         kernel = default_kernel() if self.kernel is None else self.kernel
         device, dtype = self._current_device_dtype()
@@ -769,15 +857,21 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
-        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self._X.dtype,
-                                device=self._X.device)
+        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self._theta.dtype,
+                                device=self._theta.device)
         if self._theta.shape[0] != theta.shape[0]:
             raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
                              f"{self._theta.shape[0]} free hyperparameters.")
         alpha = self._noise_var - self._torch_kernel.noise_level(self._theta)
         if self._sparse is not None:
+            if self._X is None:  # fitted on Dask collections: evaluate where the rows are
+                Y = self.y_train_[:, None] if self.y_train_.ndim == 1 else self.y_train_
+                rows = DaskRows(self.X_train_, Y, float(self.alpha), theta.dtype,
+                                str(theta.device))
+            else:
+                rows = Rows(self._X, self._Y, alpha)
             elbo, grad, _ = elbo_value_and_grad(
-                self._torch_kernel, theta, self._sparse.Z, self._X, self._Y, alpha,
+                self._torch_kernel, theta, self._sparse.Z, rows,
                 jitter=self.jitter, batch_size=self.batch_size, grad_theta=eval_gradient)
             if not eval_gradient:
                 return elbo

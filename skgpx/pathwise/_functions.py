@@ -171,37 +171,67 @@ class PathwiseFunctions:
             raise ValueError(f"X must be 2-D (n_queries, n_features); got shape {tuple(Xt.shape)}.")
         if is_torch:
             return sklearn_layout(self.values(Xt), self._squeeze)
-        # numpy out: chunks go straight into the result, so the draws are held once, not
-        # three times (tensor, its transpose, the numpy copy): 64 draws at a million rows
-        # are 512 MB each time
+        return self._evaluate_aligned(Xt, 0)
+
+    def _evaluate_aligned(self, Xt, row_offset):
+        """Numpy values at ``Xt``, whose first row is row ``row_offset`` of a larger array
+        (see :meth:`_aligned_blocks`).  Blocks go straight into the result, so the draws
+        are held once, not three times (tensor, its transpose, the numpy copy)."""
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         out = np.empty((n, S) if self._squeeze else (n, T, S))
-        step = self._rows_per_chunk()
-        buffers = Buffers()
-        with torch.no_grad():
-            for i in range(0, n, step):
-                values = self.values(Xt[i : i + step], buffers)
-                out[i : i + step] = to_numpy(sklearn_layout(values, self._squeeze))
+        for a, b, values in self._aligned_blocks(Xt, row_offset):
+            out[a:b] = to_numpy(sklearn_layout(values, self._squeeze))
         return out
 
-    def values(self, X, buffers=None):
+    def _aligned_blocks(self, Xt, row_offset):
+        """Yield ``(a, b, values of rows a:b)`` over fixed-size blocks without autograd.
+
+        The blocks are aligned to multiples of the block size in the larger array that
+        ``Xt`` starts at row ``row_offset`` of, and the partial blocks at either end are
+        padded with zero rows: every matrix product then has the same shape and each
+        row the same position in it however the array was split, so a row's value is
+        the same bits whatever the chunking (BLAS may sum in another order for another
+        shape).  The padding costs at most two blocks per call.
+        """
+        n, S, T = Xt.shape[0], self.n_samples, self.n_targets
+        step = self._rows_per_chunk()
+        buffers = Buffers()
+        latent = Xt.new_empty(step, S, T)
+        padded = None
+        with torch.no_grad():
+            for lo in range(-(row_offset % step), n, step):
+                a, b = max(lo, 0), min(lo + step, n)
+                rows = Xt[a:b]
+                if b - a < step:
+                    if padded is None:
+                        padded = Xt.new_zeros(step, Xt.shape[1])
+                    padded.zero_()
+                    padded[a - lo : b - lo] = rows
+                    self._latent_into(padded, latent, buffers)
+                    part = latent[a - lo : b - lo]
+                else:
+                    self._latent_into(rows, latent, buffers)
+                    part = latent
+                yield a, b, self._y_mean + self._y_std * part
+
+    def values(self, X):
         """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T).
 
         Differentiable with respect to ``X`` when autograd is on and ``X`` requires it;
-        otherwise the faster in-place route (``buffers``: scratch shared across calls).
+        otherwise by the aligned blocks of :meth:`_aligned_blocks`.
         """
-        step = self._rows_per_chunk()
-        # one preallocated output (see _sampling._prior_at: per-chunk lists fragment the heap)
-        latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
-        differentiable = torch.is_grad_enabled() and X.requires_grad
-        buffers = buffers if buffers is not None else Buffers()
-        for i in range(0, X.shape[0], step):
-            if differentiable:
+        if torch.is_grad_enabled() and X.requires_grad:
+            step = self._rows_per_chunk()
+            # one preallocated output (see _sampling._prior_at: per-chunk lists fragment
+            # the heap)
+            latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
+            for i in range(0, X.shape[0], step):
                 latent[i : i + step] = self._latent(X[i : i + step])
-            else:
-                with torch.no_grad():
-                    self._latent_into(X[i : i + step], latent[i : i + step], buffers)
-        return self._y_mean + self._y_std * latent
+            return self._y_mean + self._y_std * latent
+        out = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
+        for a, b, values in self._aligned_blocks(X, 0):
+            out[a:b] = values
+        return out
 
     def evaluate_batched(self, Xb):
         """Evaluate path ``s`` at its own points ``Xb[s]`` (e.g. for Thompson sampling).

@@ -179,18 +179,21 @@ def optimize_exact(est, torch_kernel, X, Y, alpha, rng, history):
     return x, -fmin
 
 
-def optimize_sparse(est, torch_kernel, X, Y, alpha, Z, rng, history):
-    """Maximise the collapsed bound over theta (and Z); returns (theta, Z)."""
-    device, dtype = X.device, X.dtype
+def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
+    """Maximise the collapsed bound over theta (and Z); returns (theta, Z).
+
+    ``rows``: the training rows (``_sparse.Rows`` or ``skgpx.distributed.DaskRows``).
+    """
+    device, dtype = Z.device, Z.dtype
     packing = Packing(torch_kernel.bounds, Z.shape, est.optimize_inducing)
     starts = [packing.pack(theta, Z) for theta in restart_points(est, torch_kernel, rng)]
     if est.optimizer == "adam" and est.minibatch_size is not None:
-        return _svgp_runs(est, torch_kernel, X, Y, alpha, Z, starts, packing, rng, history)
+        return _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history)
 
     def value_and_grad(x, eval_gradient):
         theta, Z_x = packing.unpack(x, Z, device, dtype)
         elbo, g_theta, g_Z = elbo_value_and_grad(
-            torch_kernel, theta, Z_x, X, Y, alpha, jitter=est.jitter,
+            torch_kernel, theta, Z_x, rows, jitter=est.jitter,
             batch_size=est.batch_size, grad_theta=eval_gradient,
             grad_Z=eval_gradient and est.optimize_inducing)
         if not eval_gradient:
@@ -204,8 +207,9 @@ def optimize_sparse(est, torch_kernel, X, Y, alpha, Z, rng, history):
     return np.asarray(x[: packing.n_theta], dtype=np.float64), Z_opt
 
 
-def _svgp_runs(est, torch_kernel, X, Y, alpha, Z, starts, packing, rng, history):
+def _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history):
     """Adam on mini-batches of the uncollapsed bound, best run by the collapsed bound."""
+    X, Y, alpha = rows.X, rows.Y, rows.alpha  # mini-batches index rows held here
     device, dtype = X.device, X.dtype
     best = None
     with progress_bar(est.verbose, "PathwiseGPSampler fit",
@@ -224,7 +228,7 @@ def _svgp_runs(est, torch_kernel, X, Y, alpha, Z, starts, packing, rng, history)
                 learning_rate=est.learning_rate, minibatch_size=est.minibatch_size,
                 jitter=est.jitter, generator=cpu_generator(draw_seed(rng)),
                 on_step=on_step)
-            elbo, _, _ = elbo_value_and_grad(torch_kernel, theta, Z_run, X, Y, alpha,
+            elbo, _, _ = elbo_value_and_grad(torch_kernel, theta, Z_run, rows,
                                              jitter=est.jitter, batch_size=est.batch_size,
                                              grad_theta=False)
             if est.verbose >= 2:

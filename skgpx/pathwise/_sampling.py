@@ -37,6 +37,7 @@ class Posterior:
     cg: object = None  # CGSolver (exact mode, CG solver)
     inducing: object = None  # SparseFactors (sparse mode)
     noise_var: torch.Tensor = None  # (n,) alpha + white noise: the diagonal of Sigma_eps
+    shift: torch.Tensor = None  # (d,) centre of the random features (mean of the inputs)
     y_mean: torch.Tensor = None  # (T,)
     y_std: torch.Tensor = None  # (T,)
     n_targets: int = 1
@@ -46,6 +47,11 @@ class Posterior:
     def normal(self, shape, generator):
         """Standard normal draws on the CPU generator, moved to the posterior's device."""
         return standard_normal(shape, generator, self.theta.dtype, self.theta.device)
+
+    @property
+    def fitted(self):
+        """A posterior (False: the prior of an unfitted estimator)."""
+        return self.X is not None or self.inducing is not None
 
     @property
     def centers(self):
@@ -113,17 +119,17 @@ def _weight_space(features, W, eps, post):
 
 def draw_functions(post, n_samples, generator, *, n_features, feature_map, shared_basis,
                    method, batch_size, frequency_sampling="iid"):
-    """Draw ``n_samples`` function paths from ``post`` (prior if ``post.X`` is None)."""
+    """Draw ``n_samples`` function paths from ``post`` (the prior if not ``post.fitted``)."""
     S, T, d = n_samples, post.n_targets, post.n_features_in
     B = 1 if shared_basis else S
     dtype, device = post.theta.dtype, post.theta.device
-    shift = post.X.mean(0) if post.X is not None else torch.zeros(d, dtype=dtype, device=device)
+    shift = post.shift if post.shift is not None else torch.zeros(d, dtype=dtype, device=device)
     features = draw_random_features(post.signal_kernel, n_features, feature_map, B, d, shift,
                                     generator, dtype, device,
                                     qmc=frequency_sampling == "qmc")
     W = post.normal((B, features.n_features(d), S * T // B), generator)
     centers = update = None
-    if post.X is not None:
+    if post.fitted:
         if method == "pathwise":
             centers = post.centers
             f_c = _prior_at(features, W, centers, S, T, batch_size)
@@ -147,13 +153,13 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     """
     S, T = n_samples, post.n_targets
     centers = post.centers
-    Z = Xq if post.X is None else torch.cat([centers, Xq])
+    Z = Xq if not post.fitted else torch.cat([centers, Xq])
     K = post.kernel(Z, part="signal")
     scale = float(K.diagonal().mean().abs()) or 1.0
     L_joint, _ = jittered_cholesky(K, base_jitter=jitter * scale, jitter=max(jitter, 1e-12),
                                    name="joint prior covariance")
     f = (L_joint @ post.normal((Z.shape[0], S * T), generator)).reshape(-1, S, T)
-    if post.X is None:
+    if not post.fitted:
         return post.y_mean + post.y_std * f
     n = centers.shape[0]
     V = post.update(f[:n], generator).reshape(n, S * T)

@@ -68,6 +68,9 @@ class SparseStatistics:
     def tensors(self):
         return [getattr(self, f) for f in STATISTICS]
 
+    def to_device(self, device):
+        return SparseStatistics(*(t.to(device) for t in self.tensors()), n=self.n)
+
 
 @dataclass
 class SparseFactors:
@@ -103,6 +106,28 @@ class SparseFactors:
 def noise_of(kernel, theta, alpha):
     """``sigma_i^2``: ``alpha_i`` plus the level of the kernel's top-level WhiteKernels."""
     return alpha + kernel.noise_level(theta)
+
+
+@dataclass
+class Rows:
+    """Training rows held in this process: ``X`` (n, d), ``Y`` (n, T), ``alpha`` (n,).
+
+    The bound only needs sums over rows, so it reaches the data through
+    :meth:`map_sum`; ``skgpx._dask.DaskRows`` has the same interface for rows held by
+    Dask workers.
+    """
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    alpha: torch.Tensor
+
+    @property
+    def n_targets(self):
+        return self.Y.shape[1]
+
+    def map_sum(self, function, *args):
+        """``function(X_b, Y_b, alpha_b, *args)`` summed over the blocks (here: one)."""
+        return function(self.X, self.Y, self.alpha, *args)
 
 
 class StationaryCross:
@@ -206,6 +231,30 @@ def _chunks(n, m, batch_size, device):
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
+def block_statistics(X, Y, alpha, kernel, theta, Z, L, batch_size):
+    """Pass 1 over one block of rows: :func:`accumulate_statistics` (``Rows.map_sum``)."""
+    return accumulate_statistics(kernel, theta, Z, L, X, Y, alpha, batch_size)
+
+
+def block_gradient(X, Y, alpha, kernel, theta, Z, adjoints, batch_size, grad_theta, grad_Z):
+    """Pass 2 over one block of rows: its share of ``(d theta, d Z)``, flattened.
+
+    Linear in the rows, so the shares of any partition of the rows sum to the
+    gradient; zeros stand for a gradient that is not wanted.
+    """
+    theta_ = theta.detach().clone().requires_grad_(grad_theta)
+    Z_ = Z.detach().clone().requires_grad_(grad_Z)
+    cross = stationary_cross(kernel, theta, Z)
+    if cross is None:
+        _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size)
+    else:
+        _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cross)
+    parts = [theta_.grad if theta_.grad is not None else torch.zeros_like(theta)]
+    if grad_Z:
+        parts.append((Z_.grad if Z_.grad is not None else torch.zeros_like(Z)).reshape(-1))
+    return torch.cat(parts)
+
+
 def accumulate_statistics(kernel, theta, Z, L, X, Y, alpha, batch_size):
     """The row sums over all rows, chunk by chunk (no autograd graph is kept)."""
     total = None
@@ -279,10 +328,12 @@ def _rewhitened(stats, L, L0):
     return SparseStatistics(W, w, stats.yy, stats.trace, stats.log_noise, stats.n)
 
 
-def elbo_value_and_grad(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size,
+def elbo_value_and_grad(kernel, theta, Z, rows, *, jitter, batch_size,
                         grad_theta=True, grad_Z=False):
     """The collapsed bound and its gradients in two passes over row chunks.
 
+    ``rows`` is a :class:`Rows` (or a ``DaskRows``): each pass is one ``map_sum`` over
+    its blocks, and only ``m x m`` quantities travel between passes.
     Pass 1 accumulates the whitened row sums without a graph.  The bound is then
     differentiated with respect to the sums (their adjoints) and, through ``L`` and
     ``Kzz``, directly with respect to theta and Z.  Pass 2 recomputes each chunk's
@@ -305,12 +356,13 @@ def elbo_value_and_grad(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size,
         with torch.set_grad_enabled(want):
             L, _ = inducing_cholesky(kernel, theta_, Z_, jitter)
         L0 = L.detach()
-        stats = accumulate_statistics(kernel, theta, Z, L0, X, Y, alpha, batch_size)
+        stats = rows.map_sum(block_statistics, kernel, theta.detach(), Z.detach(), L0,
+                             batch_size)
         leaves = [t.detach().clone().requires_grad_(want) for t in stats.tensors()]
         leaf_stats = SparseStatistics(*leaves, n=stats.n)
         with torch.set_grad_enabled(want):
             graph_stats = _rewhitened(leaf_stats, L, L0) if want else leaf_stats
-            elbo, _, _ = collapsed_elbo(graph_stats, Y.shape[1])
+            elbo, _, _ = collapsed_elbo(graph_stats, rows.n_targets)
     except NotPositiveDefiniteError:
         # an optimizer's trial point beyond what float arithmetic can factorise: -inf
         # makes the line search step back, as scikit-learn's exact likelihood does
@@ -320,22 +372,19 @@ def elbo_value_and_grad(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size,
     direct = [t for t, on in ((theta_, grad_theta), (Z_, grad_Z)) if on]
     grads = torch.autograd.grad(elbo, leaves + direct, allow_unused=True)
     G_W, G_w, g_yy, g_trace, g_log = grads[:5]
-    for tensor, grad in zip(direct, grads[5:]):
-        tensor.grad = zero(tensor) if grad is None else grad.clone()
+    direct = [zero(t) if g is None else g for t, g in zip(direct, grads[5:])]
     with torch.no_grad():
         G_W = 0.5 * (G_W + G_W.T)
         left = torch.linalg.solve_triangular(L0.T, G_W, upper=True)  # L^-T G_W
         G_P = torch.linalg.solve_triangular(L0.T, left.T, upper=True)  # L^-T G_W L^-1
         G_P = 0.5 * (G_P + G_P.T)
         G_b = torch.linalg.solve_triangular(L0.T, G_w, upper=True)
-    adjoints = (G_P, G_b, g_yy, g_trace, g_log)
-    cross = stationary_cross(kernel, theta, Z)
-    if cross is None:
-        _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size)
-    else:
-        _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cross)
-    out_theta = theta_.grad if grad_theta else None
-    out_Z = Z_.grad if grad_Z else None
+    adjoints = tuple(g.detach() for g in (G_P, G_b, g_yy, g_trace, g_log))
+    shares = rows.map_sum(block_gradient, kernel, theta.detach(), Z.detach(), adjoints,
+                          batch_size, grad_theta, grad_Z)
+    n_theta = theta.numel()
+    out_theta = direct[0] + shares[:n_theta] if grad_theta else None
+    out_Z = direct[-1] + shares[n_theta:].reshape(Z.shape) if grad_Z else None
     return float(elbo.detach()), out_theta, out_Z
 
 
@@ -400,15 +449,15 @@ def _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cros
         if surrogate.requires_grad:
             surrogate.backward()
     if Z_.requires_grad:
-        Z_.grad = Z_.grad + d_Z
+        Z_.grad = d_Z if Z_.grad is None else Z_.grad + d_Z
 
 
-def fit_factors(kernel, theta, Z, X, Y, alpha, *, jitter, batch_size, warn=True):
+def fit_factors(kernel, theta, Z, rows, *, jitter, batch_size, warn=True):
     """The optimal q(u) at fixed hyperparameters: (elbo, SparseFactors)."""
     with torch.no_grad():
         L, extra = inducing_cholesky(kernel, theta, Z, jitter, warn=warn)
-        stats = accumulate_statistics(kernel, theta, Z, L, X, Y, alpha, batch_size)
-        elbo, LB, c = collapsed_elbo(stats, Y.shape[1])
+        stats = rows.map_sum(block_statistics, kernel, theta, Z, L, batch_size)
+        elbo, LB, c = collapsed_elbo(stats, rows.n_targets)
     return float(elbo), SparseFactors(Z=Z, L=L, LB=LB, c=c, jitter=extra)
 
 
@@ -461,7 +510,8 @@ def initial_inducing_points(X, n_inducing, rng, max_rows=4096):
     if 2 * m >= n:
         return np.array(X[np.sort(rng.choice(n, size=m, replace=False))])
     rows = min(n, max(max_rows, 10 * m))
-    subset = X if rows == n else X[np.sort(rng.choice(n, size=rows, replace=False))]
+    # np.asarray gathers only the subset of a Dask array
+    subset = np.asarray(X if rows == n else X[np.sort(rng.choice(n, size=rows, replace=False))])
     centers, _ = kmeans_plusplus(subset, n_clusters=m, random_state=rng)
     return np.array(centers)
 

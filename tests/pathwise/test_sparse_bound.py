@@ -28,7 +28,7 @@ def test_closed_form_pass_equals_autograd_pass(name, monkeypatch):
     kernel = TorchKernel(KERNELS[name]())
     assert kernel.stationary_signal() is not None
     theta = kernel.theta_tensor()
-    args = (kernel, theta, Z, X, Y, ALPHA)
+    args = (kernel, theta, Z, _sparse.Rows(X, Y, ALPHA))
     options = dict(jitter=1e-8, batch_size=37, grad_theta=theta.numel() > 0, grad_Z=True)
     fast = _sparse.elbo_value_and_grad(*args, **options)
     monkeypatch.setattr(TorchKernel, "stationary_signal", lambda self: None)
@@ -45,7 +45,7 @@ def test_autograd_pass_equals_autograd_through_the_whole_bound(monkeypatch):
     monkeypatch.setattr(TorchKernel, "stationary_signal", lambda self: None)
     kernel = TorchKernel(KERNELS["rbf-ard"]())
     theta = kernel.theta_tensor()
-    value, g_theta, g_Z = _sparse.elbo_value_and_grad(kernel, theta, Z, X, Y, ALPHA,
+    value, g_theta, g_Z = _sparse.elbo_value_and_grad(kernel, theta, Z, _sparse.Rows(X, Y, ALPHA),
                                                       jitter=1e-8, batch_size=37, grad_Z=True)
     th, Zr = theta.clone().requires_grad_(), Z.clone().requires_grad_()
     L, _ = _sparse.inducing_cholesky(kernel, th, Zr, 1e-8)
@@ -72,7 +72,8 @@ def test_bound_is_smooth_when_inducing_points_crowd():
     z[32:] = z[:32] + 1e-4  # near-duplicate inducing inputs
     alpha = torch.full((2000,), 1e-10, dtype=torch.float64)
     theta = kernel.theta_tensor()
-    values = [_sparse.elbo_value_and_grad(kernel, theta * (1 + d), z, x, y, alpha, jitter=1e-8,
+    values = [_sparse.elbo_value_and_grad(kernel, theta * (1 + d), z, _sparse.Rows(x, y, alpha),
+                                          jitter=1e-8,
                                           batch_size=8192, grad_theta=False)[0]
               for d in (0.0, 1e-15, -1e-15, 1e-14, -1e-14)]
     assert np.ptp(values) < 1e-6, values
