@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TEST_ENV := SCIPY_ARRAY_API=1 MKL_CBWR=AUTO,STRICT OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
-.PHONY: install install-bench demo test bench clean distclean
+.PHONY: install install-bench demo test bench docs docs-noplot docs-quick docs-clean clean distclean
 
 $(PY):
 	python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -31,6 +31,25 @@ demo: install
 
 test: install
 	$(TEST_ENV) $(PY) -m pytest -n 2 tests
+
+# The documentation (HTML in doc/_build/html), warnings as errors.  `make docs` runs every
+# gallery example; `docs-noplot` writes the gallery pages without running them (seconds);
+# `docs-quick` runs them on their small settings (SKGPX_EXAMPLE_SIZE=small).
+# Extra sphinx-build options: make docs SPHINXOPTS="-j 2".
+SPHINXOPTS ?=
+SPHINXBUILD = $(PY) -m sphinx -b html -W --keep-going $(SPHINXOPTS)
+
+docs: install
+	$(SPHINXBUILD) doc doc/_build/html
+
+docs-noplot: install
+	$(SPHINXBUILD) -D plot_gallery=0 doc doc/_build/html
+
+docs-quick: install
+	SKGPX_DOCS_QUICK=1 $(SPHINXBUILD) doc doc/_build/html
+
+docs-clean:
+	rm -rf doc/_build doc/auto_examples doc/generated doc/sg_execution_times.rst
 
 bench: install-bench
 	set -e; for f in $(sort $(wildcard benchmarks/*.py)); do echo "== $$f"; $(PY) $$f; done

@@ -1,4 +1,6 @@
-"""Smooth dependent relevance determination: sparse and smooth coefficients on a grid.
+"""
+Smooth dependent relevance determination: sparse, smooth coefficients on a grid
+===============================================================================
 
 ``SmoothDRDRegressor`` is Bayesian linear regression whose coefficients live on a 1-D or 2-D
 grid.  A Gaussian process ``u`` over the grid sets the log prior variance of each coefficient,
@@ -9,41 +11,54 @@ We fit it next to scikit-learn's ``ARDRegression`` (one independent relevance pe
 than features:
 
 * ``"bumps"``: 200 coefficients on a line, three truncated Gaussian bumps (93 non-zero),
-  100 rows, noise sd 0.5.  The first panel shows the true and recovered coefficients, with a
-  band of two posterior standard deviations (``coef_std_``) around sDRD's; the second shows
-  the learned prior variance ``prior_variance_ = exp(u_)`` on a log axis with a band of two
-  Laplace standard deviations of ``u`` (``u_std_``), the true non-zero set and the positions
-  kept in ``support_`` (those not trimmed to an exact zero).
-* ``"bumps2d"``: a 16 x 16 image with two blobs, 150 rows, noise sd 0.5.  The figure shows the
-  true and recovered coefficient images on one colour scale, and sDRD's ``prior_variance_``.
+  100 rows, noise sd 0.5;
+* ``"bumps2d"``: a 16 x 16 image with two blobs, 150 rows, noise sd 0.5.
 
-The script prints, for each model, the coefficient MSE, the MSE on the 1000 held-out rows (the
-noise floor is 0.25) and the ROC-AUC of a relevance score against the true non-zero set
-(``prior_variance_`` for sDRD, ``|coef_|`` for the baselines).
+For each model we print the coefficient MSE, the MSE on 1000 held-out rows (the noise floor is
+0.25) and the ROC-AUC of a relevance score against the true non-zero set (``prior_variance_``
+for sDRD, ``|coef_|`` for the baselines).
 
-Run with ``python examples/plot_drd.py --out demo_output`` (each sDRD fit takes some tens of
-seconds on one CPU thread).  ``demo.py`` calls the same functions on the 1-D problem.
+Run as a script with ``python examples/plot_drd.py [--out FOLDER]``; each sDRD fit takes some
+tens of seconds on one CPU thread.  With ``SKGPX_EXAMPLE_SIZE=small`` in the environment the
+problems are smaller (100 coefficients from 60 rows, a 10 x 10 image from 80 rows) and sDRD
+stops after 20 outer iterations, which it reports with a ``ConvergenceWarning``.
+``demo.py`` imports the functions defined here and runs the full 1-D problem; the cells that
+run the example are under ``if __name__ == "__main__":`` so that importing this file runs
+nothing.
 """
 import argparse
 import os
 import time
 
 import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import LogNorm
+from sklearn.linear_model import ARDRegression, RidgeCV
+from sklearn.metrics import roc_auc_score
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import LogNorm  # noqa: E402
-from sklearn.linear_model import ARDRegression, RidgeCV  # noqa: E402
-from sklearn.metrics import roc_auc_score  # noqa: E402
+from skgpx import SmoothDRDRegressor
+from skgpx.datasets import make_smooth_sparse_regression
 
-from skgpx import SmoothDRDRegressor  # noqa: E402
-from skgpx.datasets import make_smooth_sparse_regression  # noqa: E402
+SMALL = os.environ.get("SKGPX_EXAMPLE_SIZE") == "small"
+# problem sizes (None: the defaults of make_smooth_sparse_regression) and sDRD's max_iter
+SIZES = {
+    "bumps": dict(shape=(100,), n_samples=60) if SMALL else {},
+    "bumps2d": dict(shape=(10, 10), n_samples=80) if SMALL else {},
+}
+MAX_ITER = 20 if SMALL else 100
+OUT = None  # the --out folder of a command-line run
 
 MODELS = ("sDRD", "ARD", "RidgeCV")
 
+# %%
+# The three models
+# ----------------
+# ``drd_fits`` fits sDRD (deterministic: no ``random_state``), ``ARDRegression`` and
+# ``RidgeCV`` on one problem; ``scores`` computes the three figures of merit.
 
-def drd_fits(kind="bumps", random_state=0):
+
+def drd_fits(kind="bumps", random_state=0, *, shape=None, n_samples=None, max_iter=100):
     """Fit sDRD, ``ARDRegression()`` and ``RidgeCV`` on one simulated problem.
 
     Parameters
@@ -52,6 +67,11 @@ def drd_fits(kind="bumps", random_state=0):
         The problem of ``make_smooth_sparse_regression``.
     random_state : int, default=0
         Seed of ``X``, the noise and the test set.
+    shape, n_samples : default=None
+        Grid shape and training rows of ``make_smooth_sparse_regression`` (None: its
+        defaults).
+    max_iter : int, default=100
+        Outer iterations of ``SmoothDRDRegressor`` (its default).
 
     Returns
     -------
@@ -60,8 +80,9 @@ def drd_fits(kind="bumps", random_state=0):
     fits : list of (str, estimator, float)
         Name, fitted model and fit seconds, in the order of ``MODELS``.
     """
-    d = make_smooth_sparse_regression(kind, random_state=random_state)
-    models = [SmoothDRDRegressor(coef_shape=d.coef_shape), ARDRegression(),
+    d = make_smooth_sparse_regression(kind, shape=shape, n_samples=n_samples,
+                                      random_state=random_state)
+    models = [SmoothDRDRegressor(coef_shape=d.coef_shape, max_iter=max_iter), ARDRegression(),
               RidgeCV(alphas=np.logspace(-3, 4, 15))]
     fits = []
     for name, model in zip(MODELS, models):
@@ -91,13 +112,55 @@ def scores(d, model):
     }
 
 
+def print_scores(title, d, fits):
+    print(f"{title}: coefficient MSE, held-out MSE (noise floor {d.noise ** 2:.2f}), "
+          "support ROC-AUC")
+    for name, model, seconds in fits:
+        s = scores(d, model)
+        print(f"  {name:8s} coef MSE {s['coef_mse']:.3e}  test MSE {s['test_mse']:.3f}  "
+              f"AUC {s['support_auc']:.3f}  ({seconds:.1f} s)")
+
+
+def figure_path(name):
+    """Where a figure goes on a command-line run with ``--out``; None otherwise."""
+    return os.path.join(OUT, name) if OUT else None
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Smooth DRD against ARD and RidgeCV.")
+    parser.add_argument("--out", help="folder to save the figures in (default: only show them)")
+    OUT = parser.parse_args().out
+    if OUT:
+        matplotlib.use("Agg")  # the figures go to files: no windows
+        os.makedirs(OUT, exist_ok=True)
+
+# %%
+# The 1-D bumps
+# -------------
+
+if __name__ == "__main__":
+    d, fits = drd_fits("bumps", max_iter=MAX_ITER, **SIZES["bumps"])
+    p, n = d.X.shape[1], d.X.shape[0]
+    print_scores(f"bumps (1-D, p = {p}, n = {n})", d, fits)
+    drd = fits[0][1]
+    print(f"  sDRD: noise_variance_ {drd.noise_variance_:.3f} (true {d.noise ** 2:.3f}), "
+          f"{drd.n_iter_} outer iterations, {int(drd.support_.sum())} positions in support_")
+
+# %%
+# The first panel shows the true and recovered coefficients, with a band of two posterior
+# standard deviations (``coef_std_``) around sDRD's; the second shows the learned prior
+# variance ``prior_variance_ = exp(u_)`` on a log axis with a band of two Laplace standard
+# deviations of ``u`` (``u_std_``), the true non-zero set and the positions kept in
+# ``support_`` (those not trimmed to an exact zero).
+
+
 def _runs(mask):
     """(start, stop) index pairs of the runs of True in a boolean vector."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(int), [0]])))
     return edges.reshape(-1, 2)
 
 
-def plot_coefficients(d, fits, path):
+def plot_coefficients(d, fits, path=None):
     """True against recovered 1-D coefficients, and the support learned by sDRD.
 
     Parameters
@@ -106,8 +169,12 @@ def plot_coefficients(d, fits, path):
         A 1-D problem of ``make_smooth_sparse_regression``.
     fits : list of (str, estimator, float)
         As returned by ``drd_fits``; the first is the ``SmoothDRDRegressor``.
-    path : str
-        Where the PNG goes.
+    path : str, default=None
+        Where the PNG goes; the figure is then closed.  None leaves it open.
+
+    Returns
+    -------
+    fig : matplotlib Figure
     """
     t = np.arange(d.coef.size)
     drd = fits[0][1]
@@ -145,11 +212,25 @@ def plot_coefficients(d, fits, path):
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     for a in axes:
         a.title.set_fontsize(9)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+    return fig
 
 
-def plot_images(d, fits, path):
+if __name__ == "__main__":
+    plot_coefficients(d, fits, figure_path("drd_bumps.png"))
+    plt.show()
+
+# %%
+# The 16 x 16 image
+# -----------------
+# The same three models on the two-blob image.  The figure shows the true and recovered
+# coefficient images on one colour scale, and sDRD's ``prior_variance_`` on a log scale with
+# the outline of the true non-zero set.
+
+
+def plot_images(d, fits, path=None):
     """True and recovered coefficient images on one colour scale, and sDRD's prior variance.
 
     Parameters
@@ -158,8 +239,12 @@ def plot_images(d, fits, path):
         The ``"bumps2d"`` problem of ``make_smooth_sparse_regression``.
     fits : list of (str, estimator, float)
         As returned by ``drd_fits``; the first is the ``SmoothDRDRegressor``.
-    path : str
-        Where the PNG goes.
+    path : str, default=None
+        Where the PNG goes; the figure is then closed.  None leaves it open.
+
+    Returns
+    -------
+    fig : matplotlib Figure
     """
     shape = d.coef_shape
     images = [("true", d.coef)] + [
@@ -183,40 +268,17 @@ def plot_images(d, fits, path):
     fig.colorbar(im, ax=ax, shrink=0.8)
     for ax in axes:
         ax.set(xticks=[], yticks=[])
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-
-def print_scores(title, d, fits):
-    print(f"{title}: coefficient MSE, held-out MSE (noise floor {d.noise ** 2:.2f}), "
-          "support ROC-AUC")
-    for name, model, seconds in fits:
-        s = scores(d, model)
-        print(f"  {name:8s} coef MSE {s['coef_mse']:.3e}  test MSE {s['test_mse']:.3f}  "
-              f"AUC {s['support_auc']:.3f}  ({seconds:.1f} s)")
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="demo_output", help="folder for the plots")
-    args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-
-    d, fits = drd_fits("bumps")
-    print_scores("bumps (1-D, p = 200, n = 100)", d, fits)
-    drd = fits[0][1]
-    print(f"  sDRD: noise_variance_ {drd.noise_variance_:.3f} (true {d.noise ** 2:.3f}), "
-          f"{drd.n_iter_} outer iterations, {int(drd.support_.sum())} positions in support_")
-    path = os.path.join(args.out, "drd_bumps.png")
-    plot_coefficients(d, fits, path)
-    print(f"plot written to {os.path.abspath(path)}")
-
-    d, fits = drd_fits("bumps2d")
-    print_scores("bumps2d (16 x 16, n = 150)", d, fits)
-    path = os.path.join(args.out, "drd_bumps2d.png")
-    plot_images(d, fits, path)
-    print(f"plot written to {os.path.abspath(path)}")
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":
-    main()
+    d, fits = drd_fits("bumps2d", max_iter=MAX_ITER, **SIZES["bumps2d"])
+    rows, columns = d.coef_shape
+    print_scores(f"bumps2d ({rows} x {columns}, n = {d.X.shape[0]})", d, fits)
+    plot_images(d, fits, figure_path("drd_bumps2d.png"))
+    if OUT:
+        print(f"plots written to {os.path.abspath(OUT)}")
+    plt.show()

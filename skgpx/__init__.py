@@ -1,6 +1,7 @@
 """skgpx: scikit-learn estimators for Gaussian-process-family methods, on PyTorch."""
 
 from ._memory import InsufficientMemoryError
+from ._show_versions import show_versions
 from .dkp import DeepKernelProcessRegressor
 from .drd import SmoothDRDRegressor
 from .kepsvgp import KEPSVGPClassifier
@@ -19,4 +20,5 @@ __all__ = [
     "PathwiseGPSampler",
     "SmoothDRDRegressor",
     "__version__",
+    "show_versions",
 ]

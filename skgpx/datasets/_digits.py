@@ -32,17 +32,17 @@ def corrupt_digits(X, kind, severity, *, scale=16.0, random_state=None):
     corrupted, clipped to [0, 1] and returned on the input's scale.  The kinds and
     their five severities (the CIFAR-10-C proxy of the KEP-SVGP benchmarks):
 
-    ==================  =======================================================
-    ``gaussian_noise``  additive noise, sd 0.04, 0.08, 0.12, 0.18, 0.26
-    ``salt_and_pepper`` a fraction 0.02, 0.05, 0.10, 0.15, 0.25 of the pixels set
-                        to 0 or 1 with equal probability
-    ``blur``            Gaussian blur, sigma 0.4, 0.6, 0.8, 1.0, 1.3 pixels
-                        (zero outside the image)
-    ``contrast``        ``mean + factor (x - mean)`` per image, factor 0.75, 0.6,
-                        0.45, 0.3, 0.2
-    ``shift``           1, 1, 2, 2, 3 pixels in one of the 8 directions, drawn per
-                        image, zero fill
-    ==================  =======================================================
+    ===================  ======================================================
+    ``gaussian_noise``   additive noise, sd 0.04, 0.08, 0.12, 0.18, 0.26
+    ``salt_and_pepper``  a fraction 0.02, 0.05, 0.10, 0.15, 0.25 of the pixels set
+                         to 0 or 1 with equal probability
+    ``blur``             Gaussian blur, sigma 0.4, 0.6, 0.8, 1.0, 1.3 pixels
+                         (zero outside the image)
+    ``contrast``         ``mean + factor (x - mean)`` per image, factor 0.75, 0.6,
+                         0.45, 0.3, 0.2
+    ``shift``            1, 1, 2, 2, 3 pixels in one of the 8 directions, drawn per
+                         image, zero fill
+    ===================  ======================================================
 
     Parameters
     ----------

@@ -193,7 +193,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Training targets (original scale).
     n_features_in_ : int
         Number of features seen in fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen in fit, when ``X`` has string column names.
     device_ : str
         Device the fitted tensors live on.

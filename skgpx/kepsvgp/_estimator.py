@@ -127,7 +127,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
     n_iter_ : int
     mc_seed_ : int
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
     device_ : str
 
     References

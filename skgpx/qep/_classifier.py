@@ -51,7 +51,7 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
     jitter_ : float
     X_mean_, X_scale_ : ndarray of shape (n_features,)
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when ``X`` has string column names.
     device_ : str
 

@@ -56,7 +56,7 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
     X_mean_, X_scale_ : ndarray of shape (n_features,)
     y_mean_, y_scale_ : ndarray of shape (n_outputs,)
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when ``X`` has string column names.
     device_ : str
 
