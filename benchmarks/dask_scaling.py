@@ -53,11 +53,6 @@ def run_cluster(args, n_workers):
     from skgpx.distributed import predict_blocks
 
     env = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    if not args.dask_malloc:
-        # distributed's nannies set MALLOC_TRIM_THRESHOLD_=65536, which also freezes glibc's
-        # mmap threshold at 128 KiB: every block-sized temporary is then a fresh mmap whose
-        # pages fault in again, and a worker computes the same block about 1.5x slower
-        env.update(MALLOC_TRIM_THRESHOLD_=str(2**30), MALLOC_MMAP_THRESHOLD_=str(2**25))
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                       host="127.0.0.1", dashboard_address=None, env=env) as cluster, \
             Client(cluster):
@@ -101,8 +96,6 @@ def main(argv=None):
     p.add_argument("--m", type=int, default=256)
     p.add_argument("--chunks", type=int, default=100_000, help="rows per Dask block")
     p.add_argument("--max-iter", type=int, default=5, help="L-BFGS iterations per fit")
-    p.add_argument("--dask-malloc", action="store_true",
-                   help="keep distributed's worker malloc settings (see run_cluster)")
     args = p.parse_args(argv)
     if args.quick:
         args.n_fit, args.n_predict, args.chunks = 200_000, 400_000, 25_000

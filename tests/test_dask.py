@@ -35,8 +35,6 @@ TIMEOUT = 120  # seconds: no Dask wait in this module may hang the suite longer
 @pytest.fixture(scope="module")
 def client():
     env = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    # glibc thresholds instead of distributed's (see doc/scaling_out.rst): fewer page faults
-    env.update(MALLOC_TRIM_THRESHOLD_=str(2**30), MALLOC_MMAP_THRESHOLD_=str(2**25))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   host="127.0.0.1", dashboard_address=None,
                                   worker_dashboard_address=None, env=env) as cluster, \
