@@ -192,9 +192,13 @@ def column_standardisation(values):
     does, so that standardising never divides by zero.
     """
     mean = values.mean(axis=0)
-    scale = values.std(axis=0)
+    return mean, safe_scale(values.std(axis=0))
+
+
+def safe_scale(scale):
+    """Standard deviations with (numerically) zero entries replaced by 1, in place."""
     scale[scale < 10 * np.finfo(scale.dtype).eps] = 1.0
-    return mean, scale
+    return scale
 
 
 def to_numpy(tensor):

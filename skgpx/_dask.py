@@ -21,7 +21,7 @@ def is_dask_collection(obj):
     return dask.is_dask_collection(obj)
 
 
-def _as_dask_array(obj, name):
+def as_dask_array(obj, name):
     """A 1-D or 2-D Dask array from a Dask array/DataFrame/Series (row lengths known)."""
     import dask.array as da
 
@@ -50,7 +50,7 @@ def dask_training_data(X, y):
     feature_names = None
     if names is not None and len(names) and all(isinstance(c, str) for c in names):
         feature_names = np.asarray(list(names), dtype=object)
-    X, y = _as_dask_array(X, "X"), _as_dask_array(y, "y")
+    X, y = as_dask_array(X, "X"), as_dask_array(y, "y")
     if X.ndim != 2:
         raise ValueError(f"Expected a 2-D X of shape (n_samples, n_features); got {X.ndim} "
                          "dimension(s). Reshape your data.")

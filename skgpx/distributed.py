@@ -12,7 +12,7 @@ Requires the ``dask`` extra: ``pip install skgpx[dask]``.
 
 import numpy as np
 
-from ._dask import is_dask_collection
+from ._dask import as_dask_array, is_dask_collection
 
 __all__ = ["evaluate_functions", "predict_blocks"]
 
@@ -21,10 +21,7 @@ def _rows(X):
     """A 2-D Dask array with one column block (DataFrames: row lengths computed)."""
     import dask.array as da
 
-    if not is_dask_collection(X):
-        X = da.from_array(np.asarray(X))
-    if not isinstance(X, da.Array):
-        X = X.to_dask_array(lengths=True)
+    X = as_dask_array(X if is_dask_collection(X) else da.from_array(np.asarray(X)), "X")
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, n_features); got {X.ndim} dimension(s).")
     return X.rechunk({1: -1})

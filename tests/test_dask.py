@@ -6,18 +6,18 @@ import os
 import signal
 import time
 
+import dask.array as da
+import dask.dataframe as dd
+import distributed
 import numpy as np
+import pandas as pd
 import pytest
+import joblib
+from sklearn.datasets import make_classification
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+from sklearn.model_selection import GridSearchCV, KFold
 
-da = pytest.importorskip("dask.array")
-distributed = pytest.importorskip("distributed")
-
-import joblib  # noqa: E402
-from sklearn.datasets import make_classification  # noqa: E402
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel  # noqa: E402
-from sklearn.model_selection import GridSearchCV, KFold  # noqa: E402
-
-from skgpx import (  # noqa: E402
+from skgpx import (
     DeepKernelProcessRegressor,
     DeepQEPClassifier,
     DeepQEPRegressor,
@@ -25,9 +25,9 @@ from skgpx import (  # noqa: E402
     PathwiseGPSampler,
     SmoothDRDRegressor,
 )
-from skgpx.distributed import evaluate_functions, predict_blocks  # noqa: E402
+from skgpx.distributed import evaluate_functions, predict_blocks
 
-from _configs import QEP_FAST  # noqa: E402
+from _configs import QEP_FAST
 
 TIMEOUT = 120  # seconds: no Dask wait in this module may hang the suite longer
 
@@ -104,8 +104,6 @@ def test_distributed_sparse_fit_equals_in_memory_fit(client):
 
 
 def test_distributed_fit_on_a_dask_dataframe_keeps_feature_names(client):
-    dd = pytest.importorskip("dask.dataframe")
-    pd = pytest.importorskip("pandas")
     X, y = _regression(400)
     frame = pd.DataFrame(X, columns=["a", "b"])
     params = dict(kernel=SPARSE_KERNEL, n_inducing=10, random_state=0, normalize_y=True,

@@ -19,6 +19,7 @@ from .._base import (
     cpu_generator,
     draw_seed,
     rows_per_chunk,
+    safe_scale,
     to_numpy,
 )
 from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collection
@@ -501,7 +502,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self._mode(kernel, (n, d), device)
         x_mean, y_mean, y_std = dask_summaries(X, Y)
         if self.normalize_y:
-            y_std[y_std < 10 * np.finfo(np.float64).eps] = 1.0
+            y_std = safe_scale(y_std)  # as column_standardisation does in memory
             Y = (Y - y_mean) / y_std
         else:
             y_mean, y_std = np.zeros(n_targets), np.ones(n_targets)
