@@ -263,6 +263,22 @@ def load_average():
     return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+def finish(title, lines, records, json_path):
+    """The closing block of a benchmark: load average, the target verdicts of ``lines``
+    under ``title``, and ``records`` written to ``json_path`` (if given)."""
+    print(f"load average at end: {load_average()}")
+    print()
+    print(f"{title}, measured in this run:")
+    for line in lines:
+        print("  " + line)
+    print(flush=True)
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)) or ".", exist_ok=True)
+        with open(json_path, "w") as fh:
+            json.dump(records, fh, indent=1, default=str)
+        print(f"records written to {json_path}")
+
+
 def rotated(items, k):
     """``items`` rotated left by ``k`` (the order in which to run the models of seed k, so
     that load changes on a shared machine hit every model alike)."""

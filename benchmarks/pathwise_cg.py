@@ -39,7 +39,6 @@ Usage::
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -377,18 +376,9 @@ def main(argv=None):
     if "oracle" in args.parts:
         results["oracle"] = part_oracle(args)
         report_oracle(args, results["oracle"], lines)
-    print(f"load average at end: {C.load_average()}")
-    print()
-    print("Targets (issue 14, CG), measured in this run:")
-    for line in lines:
-        print("  " + line)
-    print(flush=True)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)) or ".", exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({k: ({str(r): v for r, v in res.items()} if k == "scale" else res)
-                       for k, res in results.items()}, fh, indent=1, default=str)
-        print(f"records written to {args.json}")
+    records = {k: ({str(r): v for r, v in res.items()} if k == "scale" else res)
+               for k, res in results.items()}
+    C.finish("Targets (issue 14, CG)", lines, records, args.json)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,6 @@ import _common as C  # noqa: I001  (first: pins the threads before numpy is impo
 
 import argparse
 import functools
-import json
 import os
 import shutil
 import tempfile
@@ -1049,17 +1048,7 @@ def main(argv=None):
             report_w2(args, results["w2"], lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"load average at end: {C.load_average()}")
-    print()
-    print("Targets (issue 14, sparse), measured in this run:")
-    for line in lines:
-        print("  " + line)
-    print(flush=True)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)) or ".", exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1, default=str)
-        print(f"records written to {args.json}")
+    C.finish("Targets (issue 14, sparse)", lines, results, args.json)
 
 
 if __name__ == "__main__":
