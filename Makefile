@@ -30,7 +30,7 @@ demo: install
 	$(PY) examples/demo.py --out demo_output
 
 test: install
-	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal --durations=25 tests
 
 # The documentation (HTML in doc/_build/html), warnings as errors.  `make docs` runs every
 # gallery example; `docs-noplot` writes the gallery pages without running them (seconds);

@@ -112,7 +112,10 @@ def _fisher_step(weights, learnable, products, next_times_inverse, nu):
     fisher_u = fisher_u + 1e-12 * fisher_u.diagonal().abs().max() * torch.eye(
         len(index), dtype=w.dtype, device=w.device
     )
-    step = torch.clamp(torch.linalg.lstsq(fisher_u, grad_u[:, None]).solution[:, 0],
+    # minimum-norm solution through the symmetric pseudo-inverse (an eigendecomposition):
+    # torch's default CPU least-squares driver, gelsy, reads a pivot array it never
+    # clears (pytorch/pytorch#71222), so its step depends on the allocator's history
+    step = torch.clamp(torch.linalg.pinv(fisher_u, hermitian=True) @ grad_u,
                        -_MAX_LOG_STEP, _MAX_LOG_STEP)
     full = torch.zeros_like(weights)
     full[index] = step

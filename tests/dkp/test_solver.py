@@ -275,3 +275,24 @@ def test_unsolvable_layer_equation_strengthens_the_mirror_term():
     assert report[-1]["mirror_boosts"] == 2  # 0.1 -> 0.4 -> 1.6
     U, Q = coefficients(1.6)
     np.testing.assert_allclose((solution @ U @ solution).numpy(), Q.numpy(), atol=1e-12)
+
+
+def test_fisher_step_is_repeatable_on_dirty_memory():
+    # torch's default CPU least-squares driver (gelsy) reads a pivot array it never clears
+    # (pytorch/pytorch#71222), so its answer depends on what the allocator hands back; the
+    # step must not: two fits in one process must agree bit for bit.
+    from skgpx.dkp._solver import _fisher_step
+
+    gen = torch.Generator().manual_seed(0)
+    root = torch.randn(40, 40, generator=gen, dtype=torch.float64)
+    inverse = torch.linalg.inv(root @ root.T + 40 * torch.eye(40, dtype=torch.float64))
+    products = [inverse @ (d @ d.T) for d in torch.randn(3, 40, 5, generator=gen,
+                                                         dtype=torch.float64)]
+    weights = torch.tensor([0.7, 1.3, 0.05], dtype=torch.float64)
+    steps = set()
+    for i in range(200):
+        junk = torch.full((64 + i % 7,), 7 * i + 3, dtype=torch.int64)  # dirty the allocator
+        del junk
+        step, _ = _fisher_step(weights, [True, True, True], products, inverse, 3.0)
+        steps.add(tuple(step.tolist()))
+    assert len(steps) == 1
