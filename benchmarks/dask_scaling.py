@@ -52,9 +52,15 @@ def run_cluster(args, n_workers):
 
     from skgpx.distributed import predict_blocks
 
+    import dask
+
+    from skgpx.distributed import worker_config
+
     env = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                      host="127.0.0.1", dashboard_address=None, env=env) as cluster, \
+    config = {} if args.dask_malloc else worker_config()
+    with dask.config.set(config), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                         host="127.0.0.1", dashboard_address=None, env=env) as cluster, \
             Client(cluster):
         X, y = _data(args.n_fit, args.d, args.chunks, 0)
         X, y = X.persist(), y.persist()
@@ -69,7 +75,8 @@ def run_cluster(args, n_workers):
         predict_blocks(gp, Xq).sum().compute()
         predict = time.perf_counter() - t0
     return dict(fit=fit, predict=predict, evals=gp.n_iter_,
-                elbo=gp.log_marginal_likelihood_value_)
+                elbo=gp.log_marginal_likelihood_value_,
+                first=gp.objective_history_[0])
 
 
 def run_in_process(args):
@@ -84,7 +91,8 @@ def run_in_process(args):
         warnings.simplefilter("ignore")
         gp = _estimator(args).fit(X, y)
     return dict(fit=time.perf_counter() - t0, evals=gp.n_iter_,
-                elbo=gp.log_marginal_likelihood_value_)
+                elbo=gp.log_marginal_likelihood_value_,
+                first=gp.objective_history_[0])
 
 
 def main(argv=None):
@@ -96,11 +104,15 @@ def main(argv=None):
     p.add_argument("--m", type=int, default=256)
     p.add_argument("--chunks", type=int, default=100_000, help="rows per Dask block")
     p.add_argument("--max-iter", type=int, default=5, help="L-BFGS iterations per fit")
+    p.add_argument("--dask-malloc", action="store_true",
+                   help="keep distributed's worker malloc settings instead of "
+                        "skgpx.distributed.worker_config() (shows what they cost)")
     args = p.parse_args(argv)
     if args.quick:
         args.n_fit, args.n_predict, args.chunks = 200_000, 400_000, 25_000
     print(f"dask_scaling: n_fit={args.n_fit} n_predict={args.n_predict} d={args.d} m={args.m} "
           f"blocks of {args.chunks} rows, max_iter={args.max_iter}, one thread per process, "
+          f"worker malloc: {'distributed defaults' if args.dask_malloc else 'worker_config()'}, "
           f"os.cpu_count()={os.cpu_count()}", flush=True)
     results = {}
     results["in-process"] = run_in_process(args)
@@ -119,9 +131,17 @@ def main(argv=None):
     print("\nmeasure                                  ratio   target    verdict")
     for name, ratio, target, ok in rows:
         print(f"{name:40s} {ratio:6.2f}x  {target:8s}  {'PASS' if ok(ratio) else 'MISS'}")
-    same = abs(one["elbo"] - local["elbo"]) <= 1e-8 * abs(local["elbo"])
-    print(f"ELBO 1 worker vs in-process: {one['elbo']:.10g} vs {local['elbo']:.10g} "
-          f"({'equal to 1e-8' if same else 'DIFFERENT'}); evaluations {one['evals']} / "
+    first = abs(one["first"] - local["first"]) / abs(local["first"])
+    last = abs(one["elbo"] - local["elbo"]) / abs(local["elbo"])
+    # The first evaluation is at the kernel's initial hyperparameters: there the two routes
+    # compute the same bound (summed in a different order).  Later evaluations follow the
+    # optimiser's path, whose trial steps can reach ill-conditioned hyperparameters where the
+    # summation order's rounding is amplified (seen: 1e-14 at the start, 1e-7 after 14 steps
+    # of an unconverged max_iter=5 run); the tests check converged fits to 1e-8.
+    print(f"bound at the initial hyperparameters, 1 worker vs in-process: relative difference "
+          f"{first:.1e} ({'PASS' if first <= 1e-10 else 'MISS'}: target <= 1e-10)")
+    print(f"bound after the run: {one['elbo']:.10g} vs {local['elbo']:.10g} (relative "
+          f"{last:.1e}; path-dependent, see above); evaluations {one['evals']} / "
           f"{local['evals']}")
 
 

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import distributed
@@ -25,7 +26,9 @@ from skgpx import (
     PathwiseGPSampler,
     SmoothDRDRegressor,
 )
-from skgpx.distributed import evaluate_functions, predict_blocks
+from skgpx.distributed import (
+    _MALLOC_ENVIRON, evaluate_functions, predict_blocks, worker_config,
+)
 
 from _configs import QEP_FAST
 
@@ -35,11 +38,25 @@ TIMEOUT = 120  # seconds: no Dask wait in this module may hang the suite longer
 @pytest.fixture(scope="module")
 def client():
     env = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None,
-                                  worker_dashboard_address=None, env=env) as cluster, \
+    with dask.config.set(worker_config()), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     host="127.0.0.1", dashboard_address=None,
+                                     worker_dashboard_address=None, env=env) as cluster, \
             distributed.Client(cluster, timeout=TIMEOUT) as dask_client:
         yield dask_client
+
+
+def _worker_environ():
+    return {name: os.environ.get(name) for name in
+            [*_MALLOC_ENVIRON, "OMP_NUM_THREADS", "MKL_NUM_THREADS"]}
+
+
+def test_worker_config_reaches_the_workers_before_they_start(client):
+    # glibc reads MALLOC_* once, at process start: only the nanny's pre-spawn environment
+    # is early enough, and distributed's own entries (one thread per worker) stay
+    for environ in client.run(_worker_environ).values():
+        assert environ == {**_MALLOC_ENVIRON, "OMP_NUM_THREADS": "1",
+                           "MKL_NUM_THREADS": "1"}
 
 
 def _regression(n=240, d=2, seed=0):
