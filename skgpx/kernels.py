@@ -40,8 +40,15 @@ __all__ = [
 ]
 
 
-def default_kernel():
-    """scikit-learn's GPR default: ``ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed")``."""
+def default_kernel(fit=False):
+    """scikit-learn's GPR default kernel.
+
+    ``fit=False``: the prior of an unfitted model, ``ConstantKernel(1.0, "fixed") *
+    RBF(1.0, "fixed")``; ``fit=True``: what ``fit`` starts from, ``ConstantKernel() *
+    RBF()`` with the default bounds, so that its hyperparameters are optimised.
+    """
+    if fit:
+        return sk.ConstantKernel() * sk.RBF()
     return sk.ConstantKernel(1.0, constant_value_bounds="fixed") * sk.RBF(
         1.0, length_scale_bounds="fixed"
     )

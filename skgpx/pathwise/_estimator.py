@@ -66,9 +66,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     Parameters
     ----------
     kernel : kernel instance, default=None
-        A ``sklearn.gaussian_process.kernels`` object.  None means
-        ``ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed")``.  Its top-level
-        ``WhiteKernel`` terms are the observation noise; the rest is the signal.
+        A ``sklearn.gaussian_process.kernels`` object.  None means, as in scikit-learn,
+        ``ConstantKernel() * RBF()`` at ``fit`` (hyperparameters optimised) and
+        ``ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed")`` as the prior of an unfitted
+        model.  Its top-level ``WhiteKernel`` terms are the observation noise; the rest is
+        the signal.
     alpha : float or ndarray of shape (n_samples,), default=1e-10
         Added to the diagonal of the training kernel matrix (noise on training data only).
     n_features : int, default=1024
@@ -372,7 +374,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
         device, dtype = self._fit_device_dtype()
         n = X.shape[0]
-        kernel = clone(default_kernel() if self.kernel is None else self.kernel)
+        kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
         self._check_options(kernel, X.shape[1])
         alpha = self._alpha_vector(n)
         n_targets = y.shape[1] if y.ndim > 1 else 1
@@ -430,7 +432,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.y_train_mean_, self.y_train_std_ = y_mean, y_std
         noise_var = alpha_t + white
         self.noise_variance_ = to_numpy(noise_var)
-        self.log_marginal_likelihood_value_ = float(lml)
+        self.log_marginal_likelihood_value_ = np.float64(lml)
         self.jitter_ = float(jitter)
         self.objective_history_ = [float(v) for v in history]
         self.n_iter_ = len(history)
@@ -497,7 +499,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         device, dtype = self._fit_device_dtype()
-        kernel = clone(default_kernel() if self.kernel is None else self.kernel)
+        kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
         self._check_options(kernel, d)
         self._mode(kernel, (n, d), device)
         x_mean, y_mean, y_std = dask_summaries(X, Y)
@@ -524,7 +526,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.y_train_ = Y[:, 0] if y_was_1d else Y
         self.y_train_mean_, self.y_train_std_ = y_mean, y_std
         self.noise_variance_ = np.asarray(float(self.alpha) + white)
-        self.log_marginal_likelihood_value_ = float(lml)
+        self.log_marginal_likelihood_value_ = np.float64(lml)
         self.jitter_ = float(factors.jitter)
         self.objective_history_ = [float(v) for v in history]
         self.n_iter_ = len(history)
@@ -846,23 +848,34 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         eval_gradient : bool, default=False
             Also return the gradient with respect to ``theta`` (by autograd).
         clone_kernel : bool, default=True
-            Kept for scikit-learn's signature; the fitted kernel is never modified.
+            As in scikit-learn: False sets ``kernel_.theta`` to ``theta`` (the fitted
+            posterior, and so predictions and draws, stay those of the fit).
 
         Returns
         -------
-        log_likelihood : float
+        log_likelihood : numpy.float64
         log_likelihood_gradient : ndarray of shape (n_kernel_params,), optional
         """
         if theta is None:
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
+            return np.float64(self.log_marginal_likelihood_value_)
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
-        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self._theta.dtype,
-                                device=self._theta.device)
+        theta_array = np.asarray(theta, dtype=np.float64)
+        theta = torch.as_tensor(theta_array, dtype=self._theta.dtype, device=self._theta.device)
         if self._theta.shape[0] != theta.shape[0]:
             raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
                              f"{self._theta.shape[0]} free hyperparameters.")
+        result = self._log_marginal_likelihood(theta, eval_gradient)
+        if not clone_kernel:
+            self.kernel_.theta = theta_array
+        # numpy scalars, as scikit-learn returns: NumPy 2 promotion keeps float64 arithmetic
+        if eval_gradient:
+            return np.float64(result[0]), result[1]
+        return np.float64(result)
+
+    def _log_marginal_likelihood(self, theta, eval_gradient):
+        """The bound (sparse) or the exact value at ``theta`` (a tensor), and its gradient."""
         alpha = self._noise_var - self._torch_kernel.noise_level(self._theta)
         if self._sparse is not None:
             if self._X is None:  # fitted on Dask collections: evaluate where the rows are

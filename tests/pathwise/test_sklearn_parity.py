@@ -179,3 +179,44 @@ def test_predict_noise_variants_against_dense_algebra(predict_noise, alpha):
     np.testing.assert_allclose(cov_hat, cov + extra * np.eye(40), rtol=0, atol=ATOL)
     np.testing.assert_allclose(est.noise_variance_, NOISE + np.broadcast_to(alpha, 30),
                                rtol=0, atol=1e-15)
+
+
+# ------------------------------------------------- issue 16: calls a scikit-learn user makes
+def test_default_kernel_is_fitted_as_sklearn_fits_it():
+    # kernel=None: scikit-learn optimises ConstantKernel() * RBF() at fit; the fixed kernel
+    # is only the prior of an unfitted model
+    X, y = sine_data()
+    # alpha = 0.1: an interior optimum (with less noise both runs end at the length-scale
+    # bound, which would not tell optimised from fixed hyperparameters as well)
+    ours = PathwiseGPSampler(alpha=0.1, device="cpu").fit(X, y)
+    theirs = GaussianProcessRegressor(alpha=0.1).fit(X, y)
+    assert ours.kernel_.n_dims == 2 and ours.kernel is None
+    np.testing.assert_allclose(ours.kernel_.theta, theirs.kernel_.theta, atol=1e-3)
+    assert abs(ours.log_marginal_likelihood_value_
+               - theirs.log_marginal_likelihood_value_) <= 1e-4
+    Xq = query_points()
+    np.testing.assert_allclose(PathwiseGPSampler().predict(Xq),
+                               GaussianProcessRegressor().predict(Xq), atol=ATOL)
+
+
+def test_log_marginal_likelihood_returns_numpy_scalars_and_honours_clone_kernel():
+    X, y = sine_data()
+    kernel = ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(0.5)
+    ours = PathwiseGPSampler(kernel, device="cpu").fit(X, y)
+    theirs = GaussianProcessRegressor(kernel).fit(X, y)
+    theta = ours.kernel_.theta + 0.1
+    for model in (ours, theirs):
+        assert type(model.log_marginal_likelihood_value_) is np.float64
+        assert type(model.log_marginal_likelihood(theta)) is np.float64
+        value, grad = model.log_marginal_likelihood(theta, eval_gradient=True)
+        assert type(value) is np.float64 and grad.dtype == np.float64
+        # NumPy 2 promotion: a Python float would let a float32 operand win
+        assert (model.log_marginal_likelihood(theta) - np.float32(1e-3)).dtype == np.float64
+    np.testing.assert_allclose(ours.log_marginal_likelihood(theta),
+                               theirs.log_marginal_likelihood(theta), rtol=1e-10)
+    before = ours.kernel_.theta.copy()
+    ours.log_marginal_likelihood(theta)  # clone_kernel=True leaves kernel_ alone
+    np.testing.assert_array_equal(ours.kernel_.theta, before)
+    for model in (ours, theirs):
+        model.log_marginal_likelihood(theta, clone_kernel=False)
+        np.testing.assert_allclose(model.kernel_.theta, theta, rtol=1e-15)
