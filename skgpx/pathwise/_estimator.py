@@ -806,7 +806,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 values = functions.values(Xq)
             noise = self._extra_noise(post)
             if noise > 0:
-                z = post.normal(values.shape, generator)
+                z = post.streams(generator).normal(values.shape[:-1])
                 values = values + post.y_std * np.sqrt(noise) * z
             return to_numpy(sklearn_layout(values, post.squeeze))
 

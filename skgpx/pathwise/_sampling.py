@@ -9,8 +9,10 @@ Matheron's rule (Wilson et al., 2020, eq. 5 and 8) for the exact GP, per path ``
     (f \\mid y)_s(\\cdot) = f_s(\\cdot) + k(\\cdot, X) v_s.
 
 One Cholesky factor of ``K_A`` (computed in ``fit``) serves every path and target.
-Random draws come from one CPU generator in a fixed order: frequencies (and phases),
-prior weights ``W``, noise ``eps``.
+Random draws come from one CPU generator: first what all targets share (frequencies and
+phases), then one seed from which each target gets its own stream (:class:`TargetStreams`)
+for its prior weights ``W`` and noise ``eps``.  So target ``t``'s draws do not depend on how
+many targets there are, as with scikit-learn's ``sample_y``, which draws target by target.
 """
 
 from dataclasses import dataclass
@@ -44,9 +46,9 @@ class Posterior:
     squeeze: bool = True
     n_features_in: int = 1
 
-    def normal(self, shape, generator):
-        """Standard normal draws on the CPU generator, moved to the posterior's device."""
-        return standard_normal(shape, generator, self.theta.dtype, self.theta.device)
+    def streams(self, generator):
+        """Per-target normal streams seeded from ``generator``, on this posterior's device."""
+        return TargetStreams(generator, self.n_targets, self.theta.dtype, self.theta.device)
 
     @property
     def fitted(self):
@@ -67,16 +69,37 @@ class Posterior:
             out, _ = self.cg.solve(flat, what="the posterior draws' update")
         return out.reshape(rhs.shape)
 
-    def update(self, prior_at_centers, generator):
+    def update(self, prior_at_centers, streams):
         """Update weights ``v`` (N, S, T) of Matheron's rule from the prior paths at the
         centres: ``K_A^{-1} (y - f(X) - eps)`` (exact) or ``Kzz^{-1} (u - f(Z))`` (sparse).
 
-        The noise ``eps`` (exact) or the inducing draw ``xi`` (sparse) is drawn here."""
+        The noise ``eps`` (exact) or the inducing draw ``xi`` (sparse) is drawn here, from
+        the per-target ``streams``."""
+        z = streams.normal(prior_at_centers.shape[:-1])
         if self.inducing is not None:
-            return inducing_update(self.inducing, prior_at_centers,
-                                   self.normal(prior_at_centers.shape, generator))
-        eps = self.normal(prior_at_centers.shape, generator) * self.noise_var.sqrt()[:, None, None]
-        return self.solve(self.Y[:, None, :] - prior_at_centers - eps)
+            return inducing_update(self.inducing, prior_at_centers, z)
+        return self.solve(self.Y[:, None, :] - prior_at_centers
+                          - z * self.noise_var.sqrt()[:, None, None])
+
+
+class TargetStreams:
+    """Standard normal draws with the targets on the last axis, one generator per target.
+
+    One seed is drawn from ``generator`` (whatever the number of targets); target ``t``'s
+    generator is seeded with ``seed + t``.  Every call draws the same shape from each
+    target's generator, so target ``t`` sees the same numbers in a fit with more targets.
+    Draws are made in float64 on the CPU (see :func:`skgpx._base.standard_normal`).
+    """
+
+    def __init__(self, generator, n_targets, dtype, device):
+        seed = int(torch.randint(2**62, (1,), generator=generator))
+        self.generators = [torch.Generator().manual_seed(seed + t) for t in range(n_targets)]
+        self.dtype, self.device = dtype, device
+
+    def normal(self, shape):
+        """Draws of shape ``(*shape, n_targets)``."""
+        return torch.stack([standard_normal(shape, g, self.dtype, self.device)
+                            for g in self.generators], dim=-1)
 
 
 def _prior_at(features, W, X, n_samples, n_targets, batch_size):
@@ -127,16 +150,19 @@ def draw_functions(post, n_samples, generator, *, n_features, feature_map, share
     features = draw_random_features(post.signal_kernel, n_features, feature_map, B, d, shift,
                                     generator, dtype, device,
                                     qmc=frequency_sampling == "qmc")
-    W = post.normal((B, features.n_features(d), S * T // B), generator)
+    streams = post.streams(generator)
+    # column j T + t of a basis's weights belongs to target t
+    F = features.n_features(d)
+    W = streams.normal((B, F, S // B)).reshape(B, F, S * T // B)
     centers = update = None
     if post.fitted:
         if method == "pathwise":
             centers = post.centers
             f_c = _prior_at(features, W, centers, S, T, batch_size)
-            update = post.update(f_c, generator)
+            update = post.update(f_c, streams)
         else:
             n = post.X.shape[0]
-            eps = post.normal((n, S, T), generator) * post.noise_var.sqrt()[:, None, None]
+            eps = streams.normal((n, S)) * post.noise_var.sqrt()[:, None, None]
             W = _weight_space(features, W, eps, post)
     return PathwiseFunctions(
         features=features, prior_weights=W, kernel=post.kernel, theta=post.theta,
@@ -158,10 +184,11 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     scale = float(K.diagonal().mean().abs()) or 1.0
     L_joint, _ = jittered_cholesky(K, base_jitter=jitter * scale, jitter=max(jitter, 1e-12),
                                    name="joint prior covariance")
-    f = (L_joint @ post.normal((Z.shape[0], S * T), generator)).reshape(-1, S, T)
+    streams = post.streams(generator)
+    f = (L_joint @ streams.normal((Z.shape[0], S)).reshape(-1, S * T)).reshape(-1, S, T)
     if not post.fitted:
         return post.y_mean + post.y_std * f
     n = centers.shape[0]
-    V = post.update(f[:n], generator).reshape(n, S * T)
+    V = post.update(f[:n], streams).reshape(n, S * T)
     cross = post.kernel(Xq, centers, part="signal")
     return post.y_mean + post.y_std * (f[n:] + (cross @ V).reshape(-1, S, T))

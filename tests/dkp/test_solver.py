@@ -242,6 +242,26 @@ def test_output_weight_update_reaches_sklearn_noise():
     assert model.noise_variance_ == pytest.approx(gpr.kernel_.k2.noise_level, rel=1e-4)
 
 
+@pytest.mark.parametrize("noise", [0.05, 0.5, 2.0])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_weight_updates_stop_at_a_stationary_point(noise, scale):
+    """Issue 16: the weight updates must not stop short of the optimum.  On the shallow GP
+    the objective is scikit-learn's LML of the same kernel, whose gradient in the log
+    hyperparameters (signal variance, noise) vanishes at the fitted point."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(120, 4))
+    y = scale * (np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] ** 2 - X[:, 2] + noise * rng.normal(size=120))
+    model = DeepKernelProcessRegressor(
+        n_layers=0, input_scale=False, objective="gp", max_iter=60, device="cpu").fit(X, y)
+    kernel = (ConstantKernel(model.output_weight_) * RBF(2.0, length_scale_bounds="fixed")
+              + WhiteKernel(model.noise_variance_))
+    gpr = GaussianProcessRegressor(kernel, normalize_y=True, optimizer=None).fit(
+        _standardised(X), y)
+    value, gradient = gpr.log_marginal_likelihood(gpr.kernel_.theta, eval_gradient=True)
+    assert model.objective_ == pytest.approx(value, rel=1e-10)
+    np.testing.assert_allclose(gradient, 0.0, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- solvers
 def test_kleinman_solver_gives_the_same_fit():
     X, y = make_dkp_toy(n_samples=30, random_state=2)
