@@ -82,6 +82,12 @@ COMMON_PARAMETERS = """
     n_iter_no_change : int, default=20
     tol : float or None, default=1e-4
         Absolute improvement of the per-row loss that counts as progress.
+    n_restarts : int, default=0
+        Extra training runs from fresh seeds (initialisation, training noise, shuffling,
+        split); the run with the highest final ELBO (``elbo_``, a seeded Monte-Carlo
+        estimate) is kept, as ``n_restarts_optimizer`` keeps the best optimum in
+        scikit-learn's ``GaussianProcessRegressor``.  ``elbo_restarts_`` lists the ELBO of
+        every run; the first run is the fit without restarts.
     jitter : float or None, default=None
         Diagonal jitter of the inducing kernel matrices, relative to the output scale;
         None means 1e-6 (float64) or 1e-4 (float32).  It is raised tenfold (at most
@@ -116,6 +122,7 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left"), None],
+        "n_restarts": [Interval(numbers.Integral, 0, None, closed="left")],
         "jitter": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "device": [str],
         "dtype": [StrOptions({"float64", "float32"})],
@@ -203,27 +210,19 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
             )
         device, dtype = self._fit_device_dtype()
         rng = check_random_state(self.random_state)
-        seeds = {name: draw_seed(rng) for name in _SEED_NAMES}
-        self.X_mean_, self.X_scale_ = column_standardisation(X)
-        Xt = self._as_tensor((X - self.X_mean_) / self.X_scale_, "cpu", dtype)
-        module = self._build_module(Xt, n_outputs, dtype, cpu_generator(seeds["init"]))
-        module = module.to(device)
-        likelihood = criterion(module, dtype).to(device)
-        Xt = Xt.to(device)
+        X_mean, X_scale = column_standardisation(X)
+        Xt = self._as_tensor((X - X_mean) / X_scale, "cpu", dtype)
         target_dtype = torch.long if targets.dtype.kind == "i" else dtype
         yt = torch.tensor(targets, dtype=target_dtype, device=device)
-        params = self.get_params(deep=False)
-        net = build_net(
-            module, likelihood, n_rows=X.shape[0], params=params, seeds=seeds,
-            device=device, stratify=stratify,
-        )
-        with fenced_global_rng(seeds["train"], device):
-            net.fit(Xt, yt)
-            module.train()
-            with torch.no_grad():
-                ell = likelihood(module(Xt), yt)
-                elbo = X.shape[0] * float(ell) - float(module.kl_divergence())
-        module.eval()
+        runs = []
+        for _ in range(1 + self.n_restarts):
+            # the first run draws the seeds a fit without restarts draws
+            seeds = {name: draw_seed(rng) for name in _SEED_NAMES}
+            runs.append(self._train_once(Xt, yt, n_outputs, criterion, stratify, seeds,
+                                         device, dtype) + (seeds,))
+        net, module, likelihood, elbo, seeds = max(runs, key=lambda run: run[3])
+        self.X_mean_, self.X_scale_ = X_mean, X_scale
+        self.elbo_restarts_ = [run[3] for run in runs]
         self.net_ = net
         self.module_ = module
         self.likelihood_ = likelihood
@@ -243,6 +242,26 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
                 ConvergenceWarning,
             )
         return self
+
+    def _train_once(self, Xt, yt, n_outputs, criterion, stratify, seeds, device, dtype):
+        """One training run from ``seeds``: (net, module, likelihood, final ELBO)."""
+        module = self._build_module(Xt, n_outputs, dtype, cpu_generator(seeds["init"]))
+        module = module.to(device)
+        likelihood = criterion(module, dtype).to(device)
+        Xt = Xt.to(device)
+        net = build_net(
+            module, likelihood, n_rows=Xt.shape[0], params=self.get_params(deep=False),
+            seeds=seeds, device=device, stratify=stratify,
+        )
+        with fenced_global_rng(seeds["train"], device):
+            net.fit(Xt, yt)
+            module.train()
+            with torch.no_grad():
+                # a Monte-Carlo estimate (n_mc_samples paths, seeded): the restarts compare it
+                ell = likelihood(module(Xt), yt)
+                elbo = Xt.shape[0] * float(ell) - float(module.kl_divergence())
+        module.eval()
+        return net, module, likelihood, elbo
 
     # ------------------------------------------------------------------ prediction
 

@@ -48,6 +48,8 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
     objective_history_ : list of float
     n_iter_ : int
     elbo_ : float
+    elbo_restarts_ : list of float
+        Final ELBO of each training run (``1 + n_restarts``); ``elbo_`` is the largest.
     jitter_ : float
     X_mean_, X_scale_ : ndarray of shape (n_features,)
     n_features_in_ : int
@@ -117,6 +119,7 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         validation_fraction=0.1,
         n_iter_no_change=20,
         tol=1e-4,
+        n_restarts=0,
         jitter=None,
         device="auto",
         dtype="float64",
@@ -142,6 +145,7 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.n_restarts = n_restarts
         self.jitter = jitter
         self.device = device
         self.dtype = dtype

@@ -48,6 +48,8 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         Epochs run.
     elbo_ : float
         ELBO of the final state over all training rows (one Monte-Carlo pass).
+    elbo_restarts_ : list of float
+        Final ELBO of each training run (``1 + n_restarts``); ``elbo_`` is the largest.
     noise_ : ndarray of shape (n_outputs,)
         Noise variance ``c_q sigma^2`` per output, in the units of ``y``.
     jitter_ : float
@@ -121,6 +123,7 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         validation_fraction=0.1,
         n_iter_no_change=20,
         tol=1e-4,
+        n_restarts=0,
         jitter=None,
         device="auto",
         dtype="float64",
@@ -144,6 +147,7 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.n_restarts = n_restarts
         self.jitter = jitter
         self.device = device
         self.dtype = dtype

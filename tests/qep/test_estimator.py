@@ -610,3 +610,24 @@ def test_cpu_and_cuda_agree():
     np.testing.assert_allclose(gpu.predict(X_TEST), cpu.predict(X_TEST), rtol=1e-6, atol=1e-8)
     reloaded = pickle.loads(pickle.dumps(gpu))
     np.testing.assert_array_equal(reloaded.predict(X_TEST), gpu.predict(X_TEST))
+
+
+@pytest.mark.parametrize("cls", [DeepQEPRegressor, DeepQEPClassifier])
+def test_restarts_keep_the_run_with_the_best_elbo(cls):
+    # issue 16: n_restarts (like scikit-learn's n_restarts_optimizer); the first run is the
+    # fit without restarts, the kept run is the best of all
+    X, y = load_iris(return_X_y=True)
+    if cls is DeepQEPRegressor:
+        X, y = X[:, :3], X[:, 3]
+    params = dict(QEP_FAST, max_iter=15, tol=None, random_state=5, device="cpu")
+    single = cls(**params).fit(X, y)
+    model = cls(**params, n_restarts=3).fit(X, y)
+    assert single.elbo_restarts_ == [single.elbo_]
+    assert len(model.elbo_restarts_) == 4
+    assert model.elbo_restarts_[0] == single.elbo_
+    assert model.elbo_ == max(model.elbo_restarts_)
+    assert len(set(model.elbo_restarts_)) == 4  # the restarts start from fresh seeds
+    best = int(np.argmax(model.elbo_restarts_))
+    method = "predict" if cls is DeepQEPRegressor else "predict_proba"
+    same = np.array_equal(getattr(model, method)(X), getattr(single, method)(X))
+    assert same == (best == 0)
