@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._base import rows_per_chunk, standard_normal
+from .._base import cpu_generator, rows_per_chunk, standard_normal
 from ..linalg import cholesky_solve, jittered_cholesky
 from ._features import draw_random_features
 from ._functions import PathwiseFunctions
@@ -93,7 +93,7 @@ class TargetStreams:
 
     def __init__(self, generator, n_targets, dtype, device):
         seed = int(torch.randint(2**62, (1,), generator=generator))
-        self.generators = [torch.Generator().manual_seed(seed + t) for t in range(n_targets)]
+        self.generators = [cpu_generator(seed + t) for t in range(n_targets)]
         self.dtype, self.device = dtype, device
 
     def normal(self, shape):

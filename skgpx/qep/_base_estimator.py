@@ -214,15 +214,18 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
         Xt = self._as_tensor((X - X_mean) / X_scale, "cpu", dtype)
         target_dtype = torch.long if targets.dtype.kind == "i" else dtype
         yt = torch.tensor(targets, dtype=target_dtype, device=device)
-        runs = []
+        X_device = Xt.to(device)  # the module is built from the CPU copy, trained on this one
+        best, self.elbo_restarts_ = None, []
         for _ in range(1 + self.n_restarts):
             # the first run draws the seeds a fit without restarts draws
             seeds = {name: draw_seed(rng) for name in _SEED_NAMES}
-            runs.append(self._train_once(Xt, yt, n_outputs, criterion, stratify, seeds,
-                                         device, dtype) + (seeds,))
-        net, module, likelihood, elbo, seeds = max(runs, key=lambda run: run[3])
+            run = self._train_once(Xt, X_device, yt, n_outputs, criterion, stratify, seeds,
+                                   device, dtype)
+            self.elbo_restarts_.append(run[3])
+            if best is None or run[3] > best[3]:
+                best = run + (seeds,)  # only the best run's network stays in memory
+        net, module, likelihood, elbo, seeds = best
         self.X_mean_, self.X_scale_ = X_mean, X_scale
-        self.elbo_restarts_ = [run[3] for run in runs]
         self.net_ = net
         self.module_ = module
         self.likelihood_ = likelihood
@@ -243,12 +246,11 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
             )
         return self
 
-    def _train_once(self, Xt, yt, n_outputs, criterion, stratify, seeds, device, dtype):
+    def _train_once(self, X_cpu, Xt, yt, n_outputs, criterion, stratify, seeds, device, dtype):
         """One training run from ``seeds``: (net, module, likelihood, final ELBO)."""
-        module = self._build_module(Xt, n_outputs, dtype, cpu_generator(seeds["init"]))
+        module = self._build_module(X_cpu, n_outputs, dtype, cpu_generator(seeds["init"]))
         module = module.to(device)
         likelihood = criterion(module, dtype).to(device)
-        Xt = Xt.to(device)
         net = build_net(
             module, likelihood, n_rows=Xt.shape[0], params=self.get_params(deep=False),
             seeds=seeds, device=device, stratify=stratify,
