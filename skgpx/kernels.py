@@ -5,7 +5,9 @@ and evaluates it in torch as a function of scikit-learn's ``theta`` (log of the 
 hyperparameters, in the same order), so that autograd gives the gradients that
 scikit-learn's ``eval_gradient`` gives.  Kernels without a torch port are evaluated by
 scikit-learn in numpy (with their analytic theta gradient); they cannot be
-differentiated with respect to the inputs.
+differentiated with respect to the inputs.  Such kernels may take structured inputs
+(strings, sequences, graphs: ``requires_vector_input`` False), which travel through the
+torch code as :class:`ObjectRows`.
 
 :func:`spectral_terms` decomposes a kernel into the terms that random Fourier features
 need (Bochner's theorem): stationary terms with their spectral sampling rules, and the
@@ -26,9 +28,11 @@ __all__ = [
     "STATIONARY_PROFILES",
     "ConstantTerm",
     "LinearTerm",
+    "ObjectRows",
     "StationaryFactor",
     "StationaryTerm",
     "TorchKernel",
+    "concatenate_rows",
     "default_kernel",
     "sample_unit_frequencies",
     "se_spectral_density",
@@ -82,18 +86,78 @@ class _MaternBessel(torch.autograd.Function):
         return grad * slope, None
 
 
+@dataclass(frozen=True)
+class ObjectRows:
+    """Rows of structured inputs standing in for the ``(n, d)`` tensor of input rows.
+
+    A kernel whose ``requires_vector_input`` is False (a string or sequence kernel) is
+    evaluated by scikit-learn on the objects themselves; the exact GP code only counts,
+    slices and concatenates its input rows, and reads the dtype and device of the kernel
+    values from them, which this class provides.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n,) or (n, ...)
+        The validated inputs (any dtype, objects included).
+    anchor : Tensor of shape (0,)
+        An empty tensor of the kernel values' dtype and device (moved with the other
+        tensors when a fitted estimator is pickled or loaded elsewhere).
+    """
+
+    values: np.ndarray
+    anchor: torch.Tensor
+
+    @classmethod
+    def of(cls, values, dtype, device):
+        return cls(values, torch.empty(0, dtype=dtype, device=device))
+
+    @property
+    def shape(self):
+        return (len(self.values), 1)
+
+    @property
+    def dtype(self):
+        return self.anchor.dtype
+
+    @property
+    def device(self):
+        return self.anchor.device
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, index):
+        if isinstance(index, torch.Tensor):
+            index = index.cpu().numpy()
+        return ObjectRows(self.values[index], self.anchor)
+
+    def new_zeros(self, *shape):
+        return self.anchor.new_zeros(*shape)
+
+
+def concatenate_rows(first, second):
+    """``[first; second]`` for tensors of rows or :class:`ObjectRows`."""
+    if isinstance(first, ObjectRows):
+        return ObjectRows(np.concatenate([first.values, second.values]), first.anchor)
+    return torch.cat([first, second])
+
+
+def _numpy_rows(X):
+    return X.values if isinstance(X, ObjectRows) else X.detach().cpu().numpy()
+
+
 class _SklearnKernelFunction(torch.autograd.Function):
     """Evaluate an unported scikit-learn kernel; gradient w.r.t. its theta only."""
 
     @staticmethod
     def forward(ctx, theta, X, Y, kernel):
         kernel = kernel.clone_with_theta(theta.detach().cpu().numpy())
-        X_np = X.detach().cpu().numpy()
+        X_np = _numpy_rows(X)
         if Y is None and theta.requires_grad and theta.numel():
             K, gradient = kernel(X_np, eval_gradient=True)
             ctx.save_for_backward(torch.as_tensor(gradient, dtype=X.dtype, device=X.device))
         else:
-            K = kernel(X_np, None if Y is None else Y.detach().cpu().numpy())
+            K = kernel(X_np, None if Y is None else _numpy_rows(Y))
             ctx.save_for_backward(None)
         return torch.as_tensor(K, dtype=X.dtype, device=X.device)
 
@@ -290,7 +354,7 @@ class _Fallback(_Node):
 
     def diag(self, X, theta):
         kernel = self.kernel.clone_with_theta(self._theta(theta).detach().cpu().numpy())
-        return torch.as_tensor(kernel.diag(X.detach().cpu().numpy()), dtype=X.dtype,
+        return torch.as_tensor(kernel.diag(_numpy_rows(X)), dtype=X.dtype,
                                device=X.device)
 
     def check_n_features(self, n_features):

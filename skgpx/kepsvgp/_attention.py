@@ -218,12 +218,17 @@ class KEPAttention(nn.Module):
         if self.merge == "add":
             out = (E + R) @ mixing + bias
         else:
-            both = torch.cat([E, R], dim=1) @ mixing + bias  # (B, 2N, C): tokens concatenated
+            # W1 [F^e; F^r] + b1 with F = [E; R] mixing + bias: the token mixing W1 (N x 2N)
+            # is applied to the (B, 2N, h s) scores before the per-head mixing rather than
+            # after, which halves both products; its action on the bias is W1 1 bias^T.
+            both = torch.cat([E, R], dim=1)  # (B, 2N, h s): tokens concatenated
             if self.concat_rank is None:
-                out = self.token_mix.weight @ both + self.token_mix.bias[:, None]
+                W1, b1 = self.token_mix.weight, self.token_mix.bias
+                mixed = W1 @ both
             else:
-                out = (self.token_mix_a @ (self.token_mix_b.T @ both)
-                       + self.token_mix_bias[:, None])
+                W1, b1 = self.token_mix_a @ self.token_mix_b.T, self.token_mix_bias
+                mixed = self.token_mix_a @ (self.token_mix_b.T @ both)
+            out = mixed @ mixing + (W1.sum(1)[:, None] * bias + b1[:, None])
         # J of Eq. 11 per example and head, normalised by the tokens: mean (J / N)^2
         J = ksvd_objective(*(x.view(B, N, h, s).transpose(1, 2) for x in (E, R)), W_e, W_r, lam)
         return out, self.kl_divergence(), (J / N).pow(2).mean()

@@ -23,7 +23,7 @@ from .._base import (
     to_numpy,
 )
 from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collection
-from ..kernels import TorchKernel, default_kernel, split_white_noise
+from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
 from . import _sparse
 from ._exact import (
@@ -237,6 +237,12 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     ``O(n* (F + m)(d + S T))`` to evaluate them.  Exact problems whose ``n x n``
     buffers cannot fit raise :class:`skgpx.InsufficientMemoryError` before any work.
 
+    A kernel whose ``requires_vector_input`` is False (a kernel on strings, sequences or
+    graphs, as in scikit-learn) receives the inputs as given, lists of objects included:
+    the exact GP (Cholesky), ``predict``, ``log_marginal_likelihood`` and ``sample_y``
+    with ``prior="exact"`` work on them; random features (``prior="rff"``,
+    ``sample_functions``), sparse mode and CG do not exist there and raise.
+
     References
     ----------
     .. [1] J. T. Wilson, V. Borovitskiy, A. Terenin, P. Mostowsky, M. P. Deisenroth,
@@ -352,7 +358,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features) or list of object
+            Training inputs (objects for a kernel with ``requires_vector_input=False``).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
 
         Returns
@@ -369,13 +376,19 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             If the kernel matrix is not positive definite even with the largest jitter.
         """
         self._validate_params()
-        if is_dask_collection(X) or is_dask_collection(y):
+        structured = self._structured_inputs()
+        if (is_dask_collection(X) or is_dask_collection(y)) and not structured:
             return self._fit_dask(X, y)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+        if structured:  # as scikit-learn: objects (strings, sequences) go to the kernel as is
+            X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
+                                 ensure_2d=False, dtype=None)
+        else:
+            X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
+                                 dtype=np.float64)
         device, dtype = self._fit_device_dtype()
         n = X.shape[0]
         kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
-        self._check_options(kernel, X.shape[1])
+        self._check_options(kernel, 1 if structured else X.shape[1])
         alpha = self._alpha_vector(n)
         n_targets = y.shape[1] if y.ndim > 1 else 1
         if self.n_targets is not None and n_targets != self.n_targets:
@@ -383,7 +396,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 "The number of targets seen in `y` is different from the parameter "
                 f"`n_targets`. Got {n_targets} != {self.n_targets}."
             )
-        mode = self._mode(kernel, X.shape, device)
+        mode = self._mode(kernel, (n, 1) if structured else X.shape, device)
         if self.normalize_y:
             y_mean, y_std = column_standardisation(y.reshape(n, n_targets))
             y = (y - y_mean.reshape(y.shape[1:])) / y_std.reshape(y.shape[1:])
@@ -393,7 +406,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         rng = check_random_state(self.random_state)
         Z = self._initial_inducing(X, rng) if mode == "sparse" else None
         tensor = lambda a: self._as_tensor(a, device, dtype)  # noqa: E731
-        X_t, Y_t, alpha_t = tensor(X), tensor(y.reshape(n, n_targets)), tensor(alpha)
+        Y_t, alpha_t = tensor(y.reshape(n, n_targets)), tensor(alpha)
+        X_t = ObjectRows.of(np.copy(X), dtype, device) if structured else tensor(X)
         torch_kernel = TorchKernel(kernel)
         history = []
         fitting = self.optimizer is not None and (
@@ -447,7 +461,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self._X, self._Y, self._L, self._noise_var = X_t, Y_t, L, noise_var
         self._a, self._cg, self._sparse = a, solver, factors
         self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
-        self._shift = X_t.mean(0)  # the random features' centre
+        self._shift = None if structured else X_t.mean(0)  # the random features' centre
         self._sample_seed = draw_seed(rng)
         return self
 
@@ -556,6 +570,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         n, d = shape
         itemsize = 4 if self.dtype == "float32" else 8
         sparse = self.inducing_points is not None or self.n_inducing is not None
+        if self._structured_inputs():
+            self._check_structured_options(sparse)
         if self.inducing_points is not None and self.n_inducing is not None:
             raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
         if self.minibatch_size is not None and not (sparse and self.optimizer == "adam"):
@@ -575,7 +591,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             return "sparse"
         solver = self.solver
         if solver == "auto":
-            solver = "cholesky" if n <= self.cholesky_max_n else "cg"
+            solver = ("cholesky" if n <= self.cholesky_max_n or self._structured_inputs()
+                      else "cg")
         free = self.optimizer is not None and TorchKernel(kernel).n_dims > 0
         if free and solver == "cg":
             raise ValueError(
@@ -594,6 +611,30 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                         "hyperparameters, fewer rows, or a GPU (device='cuda')",
                 device=device)
         return solver
+
+    def _structured_inputs(self):
+        """Whether the kernel takes structured inputs (``requires_vector_input`` False)."""
+        return self.kernel is not None and not self.kernel.requires_vector_input
+
+    def _check_structured_options(self, sparse):
+        """Structured inputs have the exact GP only: no features, no inducing inputs."""
+        kernel = f"The kernel {self.kernel} takes structured inputs (requires_vector_input=False)"
+        if sparse:
+            raise ValueError(f"{kernel}: sparse mode needs inducing points in a vector "
+                             "space; unset n_inducing and inducing_points.")
+        if self.method == "weight_space":
+            raise ValueError(f"{kernel}: method='weight_space' needs random features; "
+                             "use method='pathwise'.")
+        if self.solver == "cg":
+            raise ValueError(f"{kernel}: it is evaluated by scikit-learn on the objects, "
+                             "so only solver='cholesky' (or 'auto') is supported.")
+
+    def _random_features_error(self, call):
+        return NotImplementedError(
+            f"{call} needs random features, which the kernel {self.kernel} on structured "
+            "inputs (requires_vector_input=False) has no expansion into; draw exactly with "
+            "sample_y(X, n_samples) and prior='exact'."
+        )
 
     def _initial_inducing(self, X, rng):
         if self.inducing_points is None:
@@ -645,7 +686,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 inducing=self._sparse, noise_var=self._noise_var, shift=self._shift,
                 y_mean=self._y_mean, y_std=self._y_std, n_targets=len(self.y_train_mean_),
                 squeeze=self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1,
-                n_features_in=self.n_features_in_,
+                n_features_in=getattr(self, "n_features_in_", 1),
             )
         kernel = default_kernel() if self.kernel is None else self.kernel
         device, dtype = self._current_device_dtype()
@@ -686,6 +727,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     def _query(self, X):
         """Validate query rows and copy them into a tensor."""
         fitted = hasattr(self, "X_train_")
+        if self._structured_inputs():
+            X = validate_data(self, X, reset=False, ensure_2d=False, dtype=None)
+            post = self._posterior(1)
+            return post, ObjectRows.of(np.copy(X), post.theta.dtype, post.theta.device), fitted
         X = validate_data(self, X, reset=False, dtype=np.float64)
         post = self._posterior(X.shape[1])
         return post, self._as_tensor(X, post.theta.device, post.theta.dtype), fitted
@@ -695,7 +740,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
         Parameters
         ----------
-        X : array-like of shape (n_queries, n_features)
+        X : array-like of shape (n_queries, n_features) or list of object
         return_std : bool, default=False
             Also return the predictive standard deviation.
         return_cov : bool, default=False
@@ -776,7 +821,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
         Parameters
         ----------
-        X : array-like of shape (n_queries, n_features)
+        X : array-like of shape (n_queries, n_features) or list of object
         n_samples : int, default=1
         random_state : int, RandomState instance or None, default=0
             Seeds the draws (a CPU torch generator, so CPU and GPU agree).  None uses
@@ -791,8 +836,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         n_samples = check_n_samples(n_samples, minimum=0)
         generator = cpu_generator(self._seed(random_state))
         n_train = post.centers.shape[0] if fitted else 0
+        structured = isinstance(Xq, ObjectRows)
+        if structured and self.prior == "rff":
+            raise self._random_features_error("sample_y with prior='rff'")
         exact = self.method == "pathwise" and (
-            self.prior == "exact"
+            self.prior == "exact" or structured
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
         if exact:
@@ -833,6 +881,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         """
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
         n_samples = check_n_samples(n_samples, minimum=0)
+        if self._structured_inputs():
+            raise self._random_features_error("sample_functions")
         post = self._posterior(self.n_features_in_)
         generator = cpu_generator(self._seed(random_state))
         with torch.no_grad():

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .._base import cpu_generator, rows_per_chunk, standard_normal
+from ..kernels import concatenate_rows
 from ..linalg import cholesky_solve, jittered_cholesky
 from ._features import draw_random_features
 from ._functions import PathwiseFunctions
@@ -179,7 +180,7 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     """
     S, T = n_samples, post.n_targets
     centers = post.centers
-    Z = Xq if not post.fitted else torch.cat([centers, Xq])
+    Z = Xq if not post.fitted else concatenate_rows(centers, Xq)
     K = post.kernel(Z, part="signal")
     scale = float(K.diagonal().mean().abs()) or 1.0
     L_joint, _ = jittered_cholesky(K, base_jitter=jitter * scale, jitter=max(jitter, 1e-12),

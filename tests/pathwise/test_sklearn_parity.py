@@ -8,7 +8,16 @@ well-conditioned problem: atol 1e-8 for mean/std/cov (the spec allows 1e-6 and e
 import numpy as np
 import pytest
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
+from sklearn.base import clone
+from sklearn.gaussian_process.kernels import (
+    RBF,
+    ConstantKernel,
+    GenericKernelMixin,
+    Hyperparameter,
+    Kernel,
+    Matern,
+    WhiteKernel,
+)
 
 from skgpx import PathwiseGPSampler
 
@@ -256,3 +265,100 @@ def test_adding_a_target_leaves_the_first_targets_draws_alone(options, normalize
               .fit(X, y) for y in (Y[:, 0], Y)]
     np.testing.assert_allclose(theirs[1].sample_y(Xq, 5, random_state=7)[:, 0],
                                theirs[0].sample_y(Xq, 5, random_state=7), rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------------------------------ structured inputs
+
+
+class SequenceKernel(GenericKernelMixin, Kernel):
+    """A kernel on strings (scikit-learn's gallery example on DNA sequences): the sum over
+    character pairs of 1 for equal characters and ``baseline_similarity`` otherwise."""
+
+    def __init__(self, baseline_similarity=0.5, baseline_similarity_bounds=(1e-5, 1)):
+        self.baseline_similarity = baseline_similarity
+        self.baseline_similarity_bounds = baseline_similarity_bounds
+
+    @property
+    def hyperparameter_baseline_similarity(self):
+        return Hyperparameter("baseline_similarity", "numeric", self.baseline_similarity_bounds)
+
+    def _pair(self, s1, s2):
+        equal = sum(c1 == c2 for c1 in s1 for c2 in s2)
+        return equal + self.baseline_similarity * (len(s1) * len(s2) - equal), \
+            len(s1) * len(s2) - equal
+
+    def __call__(self, X, Y=None, eval_gradient=False):
+        pairs = np.array([[self._pair(x, y) for y in (X if Y is None else Y)] for x in X])
+        K = pairs[..., 0]
+        if eval_gradient:  # d K / d log(baseline_similarity)
+            return K, (pairs[..., 1] * self.baseline_similarity)[..., None]
+        return K
+
+    def diag(self, X):
+        return np.array([self._pair(x, x)[0] for x in X])
+
+    def is_stationary(self):
+        return False
+
+    def clone_with_theta(self, theta):
+        cloned = clone(self)
+        cloned.theta = theta
+        return cloned
+
+
+def _sequences():
+    # a draw of 0.1 * SequenceKernel(0.3) plus noise 0.09: the fitted similarity (about
+    # 0.66) is an interior optimum for this seed, so matching it tests the optimiser
+    rng = np.random.RandomState(3)
+    X = ["".join(rng.choice(list("ACGT"), size=5)) for _ in range(24)]
+    K = 0.1 * SequenceKernel(0.3)(X)
+    y = np.linalg.cholesky(K + 1e-9 * np.eye(24)) @ rng.randn(24) + 0.3 * rng.randn(24)
+    Xq = ["".join(rng.choice(list("ACGT"), size=5)) for _ in range(5)]
+    return X, y, Xq
+
+
+def test_structured_inputs_are_fitted_and_predicted_as_sklearn_does():
+    # a kernel with requires_vector_input=False gets the lists of strings themselves
+    X, y, Xq = _sequences()
+    kernel = ConstantKernel(1.0) * SequenceKernel() + WhiteKernel(0.1)
+    assert not kernel.requires_vector_input
+    theirs = GaussianProcessRegressor(kernel).fit(X, y)
+    ours = PathwiseGPSampler(kernel, prior="exact", device="cpu").fit(X, y)
+    assert -1.0 < theirs.kernel_.theta[1] < -0.1  # the similarity's optimum is interior
+    np.testing.assert_allclose(ours.kernel_.theta, theirs.kernel_.theta, atol=1e-4)
+    np.testing.assert_allclose(ours.log_marginal_likelihood_value_,
+                               theirs.log_marginal_likelihood_value_, rtol=1e-8)
+    theta = theirs.kernel_.theta + 0.2
+    value, grad = ours.log_marginal_likelihood(theta, eval_gradient=True)
+    value_sk, grad_sk = theirs.log_marginal_likelihood(theta, eval_gradient=True)
+    np.testing.assert_allclose(value, value_sk, rtol=1e-10)
+    np.testing.assert_allclose(grad, grad_sk, rtol=1e-8)
+    # the same fitted kernel on both sides: predictions agree to round-off
+    fixed = GaussianProcessRegressor(ours.kernel_, optimizer=None).fit(X, y)
+    _assert_same_predictions(ours, fixed, Xq)
+    assert not hasattr(ours, "n_features_in_") and not hasattr(fixed, "n_features_in_")
+    # the prior of an unfitted model, on objects too
+    np.testing.assert_allclose(
+        PathwiseGPSampler(kernel).predict(Xq, return_cov=True)[1],
+        GaussianProcessRegressor(kernel).predict(Xq, return_cov=True)[1], atol=ATOL)
+
+
+def test_structured_inputs_draw_exactly_and_refuse_random_features():
+    X, y, Xq = _sequences()
+    kernel = ConstantKernel(1.0) * SequenceKernel() + WhiteKernel(0.1)
+    ours = PathwiseGPSampler(kernel, prior="exact", optimizer=None, predict_noise="latent",
+                             device="cpu").fit(X, y)
+    mean, cov = ours.predict(Xq, return_cov=True)
+    draws = ours.sample_y(Xq, n_samples=4000, random_state=1)
+    assert draws.shape == (len(Xq), 4000)
+    # Monte-Carlo error of 4000 draws: 5 standard errors of the mean and of the variance
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(draws.mean(1) - mean) < 5 * sd / np.sqrt(4000))
+    assert np.all(np.abs(draws.var(1) / sd**2 - 1) < 5 * np.sqrt(2 / 4000))
+    for call in (lambda: PathwiseGPSampler(kernel).fit(X, y).sample_y(Xq),
+                 lambda: ours.sample_functions(2)):
+        with pytest.raises(NotImplementedError, match="prior='exact'"):
+            call()
+    for options in (dict(n_inducing=4), dict(solver="cg"), dict(method="weight_space")):
+        with pytest.raises(ValueError, match="structured inputs"):
+            PathwiseGPSampler(kernel, **options).fit(X, y)
