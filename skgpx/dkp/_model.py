@@ -41,6 +41,7 @@ class DKPConfig:
     learn_noise: bool
     learn_weights: bool
     noise_floor: float = 1e-6
+    input_scale_steps: int = 0  # joint Omega steps per sweep (skgpx.dkp._input_scale)
 
     @property
     def alpha(self):
@@ -63,6 +64,7 @@ class DKPState:
     weights: list  # per node, 1-D tensors
     jitter: float  # eps of the Eye component of hidden nodes
     grams_cache: dict = field(default_factory=dict, repr=False)
+    omega_step: float = 0.25  # last accepted joint Omega step (skgpx.dkp._input_scale)
 
     @property
     def n_nodes(self):

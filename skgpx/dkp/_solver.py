@@ -6,7 +6,8 @@ the freshest layer above it.  Each block update maximises the objective of
 
 * sum-kernel weights: Fisher scoring in log space with an acceptance check (App. K);
 * hidden Gram matrices: the stabilised Riccati equation of App. E-F (Eq. 123);
-* the input scale ``Omega``: the same equation on ``d x d`` matrices (App. L).
+* the input scale ``Omega``: the same equation on ``d x d`` matrices (App. L), then
+  joint steps of ``Omega`` with the hidden Grams (:mod:`skgpx.dkp._input_scale`).
 """
 
 import math
@@ -16,6 +17,7 @@ import torch
 
 from ..linalg import CARESolveError, solve_care, try_cholesky
 from ._grams import chain_derivatives, contract_derivatives
+from ._input_scale import joint_input_scale_steps
 from ._model import (
     Breakdown, forward_prior_means, gaussian_term, kernel_of, node_components, node_derivatives,
     node_fixed_eye, node_matrix, spd_factors,
@@ -336,6 +338,8 @@ def _wishart_sweep(config, state, report):
         above = (None, root, n_targets) if last == 1 else (state.gram(2), None, config.nu_hidden[0])
         update_input_scale(config, state, [_message_from(config, state, 1, scale_inverse, above)],
                            report)
+        if config.input_scale_steps:
+            joint_input_scale_steps(config, state, config.input_scale_steps)
 
 
 def _gp_sweep(config, state, report):
