@@ -5,7 +5,10 @@ Data sets (N = 500 training points, X ~ N(0, I_2), three classes, no label noise
 --------------------------------------------------------------------------------
 * ``rhombus``: ``skgpx.datasets.make_annular_rhombus(500, shape="script")``, the labels of the
   authors' script, ``round(cos(a |x1| + |x2|) + 1)`` with ``a = 0.4 u pi``, u = 0.857396;
-* ``rhombus-paper``: the same with ``shape="paper"``, the printed formula
+* ``rhombus-authors``: ``skgpx.datasets.load_authors_rhombus()``, the one training set of the
+  authors' script (torch seed 2019, u = 0.8573957, class counts 131/226/143), the data behind
+  the paper's Table B.2, with the same labels;
+* ``rhombus-paper``: the same as ``rhombus`` with ``shape="paper"``, the printed formula
   ``round(cos(a (|x1| + |x2|))) + 1`` (spec §1.5, caveat 5);
 * ``annulus`` (Table B.3; no generator in ``skgpx.datasets``, so it is built here in
   :func:`make_annulus`): ``y = round(cos(a ||x||_2) + 1)`` with the same ``a``, i.e. the
@@ -18,10 +21,20 @@ Data sets (N = 500 training points, X ~ N(0, I_2), three classes, no label noise
   authors' ``classification/run_Deep_QEP.py`` (github lanzithinking/DeepQEP), with their
   ``torch.round`` and one ``u`` for the whole data set.
 
-Seed k draws the training inputs (numpy ``random_state=seed``) and seeds every model, so the
-spread over seeds includes the data (the paper fixed the data, torch seed 2019, hence its
-"± 0" for the deterministic GP and QEP rows).  Test: labels of the 2500 grid points
-(``rhombus_labels`` / :func:`annulus_labels`).
+Seed k seeds every model and, except on ``rhombus-authors``, draws the training inputs (numpy
+``random_state=seed``), so the spread over seeds includes the data.  The paper fixed the data
+(torch seed 2019, hence its "± 0" for the deterministic GP and QEP rows); on
+``rhombus-authors`` the seeds vary only the models, as in the paper (sklearn's GPC, whose
+seed is unused without optimizer restarts, then gives one value).  Test: labels of the 2500
+grid points (``rhombus_labels`` / :func:`annulus_labels`).
+
+Why ``rhombus-authors``: on our own draws (``rhombus``) the deep Q-EP reached 0.754 and 0.793
+(seeds 0, 1; sklearn's GPC 0.80-0.82), well below the paper's 0.856; on the authors' data the
+same estimator reached 0.895, 0.859 and 0.878 (model seeds 0-2, float32, outside this
+script; 0.892 at seed 0 in a run of this script) and 0.888, 0.864, 0.876 in float64, above
+the paper; sklearn's GPC 0.845.  The gap was the data draw, not the model: 59% of the grid has
+``max |x_j| > 2``, where only 10% of 500 standard-normal training points lie, so grid accuracy
+is mostly extrapolation and varies with the particular 500 points.
 
 Models
 ------
@@ -43,14 +56,14 @@ seeds.  A "majority class" line gives the accuracy of always predicting the grid
 frequent class.  The paper's Table B.2 / B.3 values are printed beside.
 
 Timing: about 40 ms per epoch of a deep model on one core in float32 (the default ``--dtype``,
-as the authors), i.e. about 40 s per 1000-epoch fit, so the default run (2 data sets x 3
-seeds x 2 deep models, plus 6 GPC fits of about 3.5 s) takes about 9 minutes.
+as the authors), i.e. about 40 s per 1000-epoch fit, so the default run (3 data sets x 3
+seeds x 2 deep models, plus 9 GPC fits of about 3.5 s) takes about 13 minutes.
 
 Usage::
 
     .venv/bin/python benchmarks/qep_rhombus.py --quick        # 1 seed, 30 epochs
     .venv/bin/python benchmarks/qep_rhombus.py                # 3 seeds, 1000 epochs
-    .venv/bin/python benchmarks/qep_rhombus.py --datasets rhombus,rhombus-paper,annulus
+    .venv/bin/python benchmarks/qep_rhombus.py --datasets rhombus-authors --models q1,gpc
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_rhombus.{json,csv}``).
 """
@@ -66,7 +79,8 @@ import time
 import numpy as np
 
 N_TRAIN, U = 500, 0.857396
-DATASETS = ("rhombus", "rhombus-paper", "annulus")
+DATASETS = ("rhombus", "rhombus-authors", "rhombus-paper", "annulus")
+DEFAULT_DATASETS = ("rhombus", "rhombus-authors", "annulus")
 MODELS = {
     "q1": ("QEP q=1", 1.0, "softmax"),
     "q2": ("QEP q=2", 2.0, "softmax"),
@@ -112,12 +126,16 @@ def grid():
 
 
 def load_data(name, seed):
-    from skgpx.datasets import make_annular_rhombus, rhombus_labels
+    from skgpx.datasets import load_authors_rhombus, make_annular_rhombus, rhombus_labels
 
     G = grid()
     if name == "annulus":
         X, y = make_annulus(N_TRAIN, random_state=seed)
         return X, y, G, annulus_labels(G)
+    if name == "rhombus-authors":
+        # One fixed training set for every seed; its u (0.8573957) labels the grid as U does.
+        X, y = load_authors_rhombus()
+        return X, y, G, rhombus_labels(G)
     shape = "paper" if name == "rhombus-paper" else "script"
     X, y = make_annular_rhombus(n_samples=N_TRAIN, shape=shape, random_state=seed)
     return X, y, G, rhombus_labels(G, shape=shape)
@@ -223,7 +241,9 @@ def report(args, records):
                                   for m in ("acc", "auc", "log_loss", "train_acc", "fit_s",
                                             "fit_cpu_s")}
         rows.append(["majority class", f"{majority:.3f}"] + [""] * 12)
-        notes = ["mean ± standard error over seeds (data and model seeds); grid of 2500 points",
+        varied = "model seeds, one fixed training set" if name == "rhombus-authors" \
+            else "data and model seeds"
+        notes = [f"mean ± standard error over seeds ({varied}); grid of 2500 points",
                  "AUC = one-vs-rest macro roc_auc_score of predict_proba; log-loss on the grid "
                  "(info: the paper's NLL column is a different, model-specific quantity)",
                  "fit s = wall clock, CPU s = this process's CPU time of the fit; fit / GPC "
@@ -238,7 +258,7 @@ def report(args, records):
                       ["model", "ACC", "AUC", "log-loss", "train ACC", "fit s", "CPU s",
                        "fit / GPC", "paper ACC", "gap", "paper AUC", "gap", "ok", "warn"],
                       rows, align="l" + "r" * 13, notes=notes)
-    print("Checks (spec §6.4; the threshold is a test oracle on the script's rhombus labels):")
+    print("Checks (spec §6.4; the thresholds are test oracles on the script's rhombus labels):")
     checks = {}
     for name, per_model in records.items():
         if "q1" in per_model and name == "rhombus":
@@ -247,6 +267,14 @@ def report(args, records):
             print(f"  {C.verdict(ok):4s}  {name}: QEP q=1 grid accuracy {acc:.3f} >= 0.78 "
                   f"(majority {summary[name]['majority']:.3f}; paper 0.856)")
             checks[f"{name} q1>=0.78"] = ok
+        if "q1" in per_model and name == "rhombus-authors":
+            # The floor of tests/qep/test_paper.py on the same data (float64 seeds 0-2 gave
+            # 0.888, 0.864, 0.876; sklearn's GPC 0.845, 1-NN 0.821).
+            acc = mean_se(values(per_model["q1"], "acc"))[0]
+            ok = acc >= 0.83
+            print(f"  {C.verdict(ok):4s}  {name}: QEP q=1 grid accuracy {acc:.3f} >= 0.83 "
+                  f"(majority {summary[name]['majority']:.3f}; paper 0.856 on this data)")
+            checks[f"{name} q1>=0.83"] = ok
         if "q1" in per_model and "gpc" in per_model:
             a = values(per_model["q1"], "acc")
             b = values(per_model["gpc"], "acc")
@@ -270,8 +298,8 @@ def parse_args(argv=None):
     p.add_argument("--seeds", type=int, default=None, help="seeds per data set (3)")
     p.add_argument("--epochs", type=int, default=None, help="epochs per deep fit (1000)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 30 epochs")
-    p.add_argument("--datasets", default="rhombus,annulus",
-                   help=f"comma list from {','.join(DATASETS)} (rhombus,annulus)")
+    p.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
+                   help=f"comma list from {','.join(DATASETS)} ({','.join(DEFAULT_DATASETS)})")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS),
                    help=f"comma list from {','.join(MODELS)} ({','.join(DEFAULT_MODELS)})")
     Q.add_dtype_argument(p)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from skgpx.datasets import (
+    load_authors_rhombus,
     make_annular_rhombus,
     make_dkp_toy,
     make_gap_1d,
@@ -325,6 +326,108 @@ def test_rhombus_bad_arguments(kwargs, exc, match):
 def test_rhombus_labels_bad_X(X):
     with pytest.raises(ValueError, match=r"X must be of shape|NaN"):
         rhombus_labels(X)
+
+
+# The authors' script (lanzithinking/DeepQEP, classification/run_Deep_QEP.py) under
+# torch.random.manual_seed(2019): its first three rows, its last row and its u, recorded from a
+# run of the script's own lines with torch's global generator.
+AUTHORS_FIRST_ROWS = [
+    [-0.6945516467094421, -0.39685964584350586],
+    [-1.3275498151779175, 1.6633297204971313],
+    [-1.1975913047790527, -1.1075340509414673],
+]
+AUTHORS_LAST_ROW = [-0.171395406126976, 1.017090916633606]
+AUTHORS_U = 0.8573957085609436
+
+
+def _authors_script_labels(x1, x2, u):
+    # The script's rule verbatim, in float32 torch (not rhombus_labels' float64 numpy).
+    import torch
+
+    x1, x2 = torch.as_tensor(x1, dtype=torch.float32), torch.as_tensor(x2, dtype=torch.float32)
+    u = torch.tensor([u], dtype=torch.float32)
+    return torch.round(torch.cos(0.4 * u * np.pi * torch.abs(x1) + torch.abs(x2)) + 1).long()
+
+
+def test_authors_rhombus_values():
+    X, y, u = load_authors_rhombus(return_u=True)
+    assert X.shape == (500, 2) and y.shape == (500,)
+    assert X.dtype == np.float64 and y.dtype == np.int64
+    assert isinstance(u, float) and u == pytest.approx(AUTHORS_U, abs=1e-6)
+    np.testing.assert_allclose(X[:3], AUTHORS_FIRST_ROWS, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(X[-1], AUTHORS_LAST_ROW, rtol=0, atol=1e-6)
+    # The inputs are float32 draws: converting back loses nothing.
+    np.testing.assert_array_equal(X.astype(np.float32).astype(np.float64), X)
+    np.testing.assert_array_equal(np.bincount(y, minlength=3), [131, 226, 143])
+    np.testing.assert_array_equal(y, rhombus_labels(X, u=u))
+    # rhombus_labels' rounded default u and the script's float32 arithmetic agree as well.
+    np.testing.assert_array_equal(y, rhombus_labels(X))
+    np.testing.assert_array_equal(y, _authors_script_labels(X[:, 0], X[:, 1], u).numpy())
+    X2, y2 = load_authors_rhombus()
+    np.testing.assert_array_equal(X2, X)
+    np.testing.assert_array_equal(y2, y)
+
+
+def test_authors_rhombus_matches_global_seed():
+    # The private generator gives what the script's global torch.random.manual_seed(2019)
+    # gives, in the script's draw order x, y, u.
+    import torch
+
+    state = torch.random.get_rng_state()
+    try:
+        torch.random.manual_seed(2019)
+        # The script ran under torch's stock default dtype, float32.
+        f32 = torch.float32
+        x1, x2 = torch.randn(500, 1, dtype=f32), torch.randn(500, 1, dtype=f32)
+        u = torch.rand(1, dtype=f32)
+    finally:
+        torch.random.set_rng_state(state)
+    X, y, u_ours = load_authors_rhombus(return_u=True)
+    np.testing.assert_array_equal(X, torch.cat((x1, x2), 1).double().numpy())
+    assert u_ours == u.item()
+    np.testing.assert_array_equal(y, _authors_script_labels(x1[:, 0], x2[:, 0], u.item()).numpy())
+
+
+def test_authors_rhombus_leaves_global_rng_alone():
+    import torch
+
+    torch_state = torch.random.get_rng_state()
+    numpy_state = np.random.get_state()
+    load_authors_rhombus()
+    assert torch.equal(torch.random.get_rng_state(), torch_state)
+    after = np.random.get_state()
+    assert after[0] == numpy_state[0] and np.array_equal(after[1], numpy_state[1])
+    assert after[2:] == numpy_state[2:]
+
+
+def test_authors_rhombus_ignores_default_dtype():
+    # Under a float64 default dtype (as the benchmarks set it) torch's samplers draw other
+    # values from the same seed; the data set must not change.
+    import torch
+
+    X, y = load_authors_rhombus()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        X64, y64 = load_authors_rhombus()
+    finally:
+        torch.set_default_dtype(previous)
+    np.testing.assert_array_equal(X64, X)
+    np.testing.assert_array_equal(y64, y)
+    np.testing.assert_allclose(X64[:3], AUTHORS_FIRST_ROWS, rtol=0, atol=1e-6)
+
+
+def test_authors_rhombus_grid_labels():
+    # The test grid's labels as the script computes them (float32 torch, with the script's u)
+    # equal rhombus_labels' (float64, default u), so benchmarks can label the grid with the
+    # latter.
+    _, _, u = load_authors_rhombus(return_u=True)
+    g = np.linspace(-3, 3, 50)
+    x1, x2 = np.meshgrid(g, g)
+    grid = np.column_stack([x1.ravel(), x2.ravel()])
+    expected = _authors_script_labels(grid[:, 0], grid[:, 1], u).numpy()
+    np.testing.assert_array_equal(rhombus_labels(grid), expected)
+    np.testing.assert_array_equal(rhombus_labels(grid, u=u), expected)
 
 
 # ----------------------------------------------------------------------------- corrupt_digits

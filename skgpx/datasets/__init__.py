@@ -9,6 +9,8 @@ The two data sets of the deep Q-EP paper (Chang et al., "Deep Q-Exponential Proc
 ``/work/shared/seeds/001_fa5885c0f1d7844f.txt``, Sec. 5) are the exceptions:
 ``make_step_turn_series`` returns a two-output series ``(X, y, y_true)`` and
 ``make_annular_rhombus`` returns three-class labels ``(X, y)`` with ``y`` of dtype int64.
+``load_authors_rhombus`` returns the one fixed rhombus training set of the authors' script
+(torch seed 2019), on which the paper's accuracies were measured.
 
 ``corrupt_digits`` corrupts scikit-learn's 8 x 8 digits (a proxy for CIFAR-10-C in the
 KEP-SVGP benchmarks).
@@ -19,7 +21,12 @@ sparse, smooth or both) and returns a :class:`~sklearn.utils.Bunch` with a test 
 """
 
 from ._digits import DIGIT_CORRUPTIONS, corrupt_digits
-from ._qep import make_annular_rhombus, make_step_turn_series, rhombus_labels
+from ._qep import (
+    load_authors_rhombus,
+    make_annular_rhombus,
+    make_step_turn_series,
+    rhombus_labels,
+)
 from ._regression import make_dkp_toy, make_gap_1d, make_matern_2d, make_sine_1d
 from ._smooth_sparse import make_smooth_sparse_regression
 
@@ -30,6 +37,7 @@ __all__ = [
     "make_dkp_toy",
     "make_step_turn_series",
     "make_annular_rhombus",
+    "load_authors_rhombus",
     "rhombus_labels",
     "corrupt_digits",
     "DIGIT_CORRUPTIONS",

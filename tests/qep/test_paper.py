@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import r2_score
 
-from skgpx.datasets import make_annular_rhombus, make_step_turn_series, rhombus_labels
+from skgpx.datasets import load_authors_rhombus, make_step_turn_series, rhombus_labels
 from skgpx.qep import DeepQEPClassifier, DeepQEPRegressor
 
 pytestmark = pytest.mark.slow
@@ -43,18 +43,29 @@ def test_step_turn_series_fit(q):
 
 
 def test_annular_rhombus_grid_accuracy():
-    # Sec. 5.2 settings (N = 500, hidden (3,), M = 64, Adam 0.05, 1000 epochs) with the
-    # default softmax likelihood; test on the 50 x 50 grid of [-3, 3]^2, whose corners lie
-    # outside the N(0, I) training inputs.  Measured here: 0.754 and 0.790 for seeds 0
-    # and 1 (sklearn's GPC: 0.845, the paper's deep Q-EP: 0.856, majority class: 0.55);
-    # the spec's floor for this check is 0.75, asserted on the mean of the two seeds.
+    """One fit on the authors' fixed training set (``load_authors_rhombus``, the data behind
+    the paper's Table B.2) at the Sec. 5.2 settings (N = 500, hidden (3,), M = 64, Adam 0.05,
+    1000 epochs) with the default softmax likelihood and dtype (float64); test on the 50 x 50
+    grid of [-3, 3]^2.
+
+    Measured here (float64, MKL_CBWR=AUTO,STRICT): 0.888, 0.864 and 0.876 for model seeds 0, 1
+    and 2 (the paper's deep Q-EP: 0.856). The floor 0.83 lies 0.03 below the worst of these
+    and 0.058 below seed 0, so a correct model that lands in another optimum on some platform
+    still passes. It excludes the majority class (0.552), nearest neighbours (1-NN 0.821,
+    5-NN 0.757), an RBF SVC (0.769) and the collapse of the Dirichlet likelihood (0.33-0.66
+    in float32 runs). It does not exclude a model at the level of sklearn's shallow GPC
+    (0.845), which would need a floor within 0.02 of the worst measured seed.
+
+    On our own draws (``make_annular_rhombus``) the same model reached only 0.754 and 0.790
+    (seeds 0 and 1, which this test used before): most of the grid lies outside the bulk of
+    500 standard-normal inputs, so accuracy there depends on the draw, and the paper's
+    numbers are for this one.
+    """
     axis = np.linspace(-3.0, 3.0, 50)
     grid = np.stack(np.meshgrid(axis, axis), axis=-1).reshape(-1, 2)
     labels = rhombus_labels(grid)
-    accuracy = []
-    for seed in range(2):
-        X, y = make_annular_rhombus(n_samples=500, random_state=seed)
-        model = DeepQEPClassifier(q=1.0, hidden_dims=(3,), n_inducing=64, lr=0.05,
-                                  max_iter=1000, tol=None, random_state=seed).fit(X, y)
-        accuracy.append(model.score(grid, labels))
-    assert np.mean(accuracy) >= 0.75, accuracy
+    X, y = load_authors_rhombus()
+    model = DeepQEPClassifier(q=1.0, hidden_dims=(3,), n_inducing=64, lr=0.05, max_iter=1000,
+                              tol=None, random_state=0).fit(X, y)
+    accuracy = model.score(grid, labels)
+    assert accuracy >= 0.83, accuracy
