@@ -338,7 +338,9 @@ def _wishart_sweep(config, state, report):
         above = (None, root, n_targets) if last == 1 else (state.gram(2), None, config.nu_hidden[0])
         update_input_scale(config, state, [_message_from(config, state, 1, scale_inverse, above)],
                            report)
-        if config.input_scale_steps:
+        if config.input_scale_steps and config.objective == "dkp":
+            # not for 'dgp': without the log|Omega| term its objective grows without bound
+            # along Omega, and the joint steps would follow it
             joint_input_scale_steps(config, state, config.input_scale_steps)
 
 
