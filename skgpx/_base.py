@@ -41,6 +41,9 @@ __all__ = [
     "CPUPickleMixin",
     "ProbabilisticClassifierMixin",
     "TorchEstimatorMixin",
+    "MAX_MAGNITUDE",
+    "check_draw_memory",
+    "check_magnitude",
     "check_n_samples",
     "column_standardisation",
     "cpu_generator",
@@ -105,6 +108,55 @@ def check_n_samples(n_samples, minimum=1):
             or n_samples < minimum):
         raise ValueError(f"n_samples={n_samples!r} must be an integer >= {minimum}.")
     return int(n_samples)
+
+
+# Largest |value| accepted in X and y, per computation dtype.  Kernels, standardisation
+# and likelihoods square values and differences of values (up to twice the bound) and sum
+# them: 1e150 in float64 and 1e15 in float32 are the largest powers of ten for which
+# (2 * bound)**2 summed over 10**7 terms stays below the dtype's largest finite value
+# (about 1.8e308 and 3.4e38), so no square, sum of squares or variance can overflow.
+MAX_MAGNITUDE = {torch.float64: 1e150, torch.float32: 1e15}
+
+
+def check_magnitude(array, name, dtype=torch.float64):
+    """ValueError when ``max |array|`` exceeds the largest magnitude supported in
+    ``dtype`` computations (:data:`MAX_MAGNITUDE`: 1e150 in float64, 1e15 in float32).
+
+    Called right after ``validate_data`` on X (fit and every prediction method) and on y
+    (fit).  Non-numeric arrays (objects for structured kernels) pass unchecked.
+    """
+    if isinstance(dtype, str):
+        dtype = resolve_dtype(dtype)
+    values = np.asarray(array)
+    if values.size == 0 or values.dtype.kind not in "fiu":
+        return array
+    largest = max(abs(float(values.max())), abs(float(values.min())))
+    bound = MAX_MAGNITUDE[dtype]
+    if largest > bound:
+        name_of = str(dtype).replace("torch.", "")
+        raise ValueError(
+            f"{name} has values of magnitude up to {largest:.3g}, above the largest "
+            f"supported magnitude {bound:.0e} (dtype='{name_of}': squares of larger values "
+            f"may overflow); divide {name} by a constant (for example its largest absolute "
+            "value) before fitting and predicting."
+        )
+    return array
+
+
+def check_draw_memory(n_samples, per_draw, *, what, way_out, device="cpu"):
+    """Raise :class:`InsufficientMemoryError` before drawing when ``n_samples`` draws of
+    ``per_draw`` values each (the output and the draw buffers, counted in float64, the
+    dtype of the normal draws) cannot fit on ``device``.
+
+    ``what`` names the call (``"PathwiseGPSampler.sample_y on 30 rows"``) and
+    ``way_out`` what to change; both go into the message of :func:`check_memory`.
+    """
+    check_memory(
+        array_bytes(n_samples, per_draw, dtype=torch.float64),
+        what=f"{what} with n_samples={n_samples} ({per_draw} values per draw: the draws "
+             "and their buffers)",
+        way_out=way_out, device=device,
+    )
 
 
 def encode_classes(estimator, y):

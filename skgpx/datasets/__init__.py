@@ -5,8 +5,8 @@ The regression generators ``make_sine_1d``, ``make_gap_1d``, ``make_matern_2d`` 
 ``(n_samples, n_features)`` and ``y`` of shape ``(n_samples,)``: a smooth function of ``X`` plus
 independent Gaussian noise of variance ``noise_variance``.
 
-The two data sets of the deep Q-EP paper (Chang et al., "Deep Q-Exponential Processes",
-``/work/shared/seeds/001_fa5885c0f1d7844f.txt``, Sec. 5) are the exceptions:
+The two data sets of the deep Q-EP paper (Chang, Obite, Zhou and Lan,
+"Deep Q-Exponential Processes", Sec. 5) are the exceptions:
 ``make_step_turn_series`` returns a two-output series ``(X, y, y_true)`` and
 ``make_annular_rhombus`` returns three-class labels ``(X, y)`` with ``y`` of dtype int64.
 ``load_authors_rhombus`` returns the one fixed rhombus training set of the authors' script

@@ -61,13 +61,13 @@ def make_step_turn_series(n_samples=100, noise_std=0.1, random_state=None):
 
     Notes
     -----
-    Source: Chang et al., "Deep Q-Exponential Processes" (file
-    ``/work/shared/seeds/001_fa5885c0f1d7844f.txt``), Sec. 5.1 "Time Series": the table defining
-    ``u_J`` and ``u_T`` above, and "``y_i* = [u_J(t_i), u_T(t_i)]^T + eps_i``,
-    ``eps_i ~iid N(0, sigma^2 I_2)``, with sigma = 0.1", at "N = 100 evenly spaced points
-    ``t_i in [0, 2]``". The parametrisation ``x in [0, 1]``, ``t = 2 x`` is the authors' script's
-    (``train_x = linspace(0, 1, 100)``, outputs ``f(train_x * 2)``; spec ``deep_qep.md`` Sec. 2); the
-    paper states only ``t`` on [0, 2], which is the same grid.
+    Source: Chang, Obite, Zhou and Lan, "Deep Q-Exponential Processes", Sec. 5.1 "Time
+    Series": the table defining ``u_J`` and ``u_T`` above, and
+    "``y_i* = [u_J(t_i), u_T(t_i)]^T + eps_i``, ``eps_i ~iid N(0, sigma^2 I_2)``, with
+    sigma = 0.1", at "N = 100 evenly spaced points ``t_i in [0, 2]``". The parametrisation
+    ``x in [0, 1]``, ``t = 2 x`` is the authors' script's (``train_x = linspace(0, 1, 100)``,
+    outputs ``f(train_x * 2)``); the paper states only ``t`` on [0, 2], which is the same
+    grid.
 
     Ambiguities, and how they are resolved here:
 
@@ -188,11 +188,11 @@ def make_annular_rhombus(n_samples=500, shape="script", u=0.857396, random_state
 
     Notes
     -----
-    Source: Chang et al., "Deep Q-Exponential Processes" (file
-    ``/work/shared/seeds/001_fa5885c0f1d7844f.txt``), Sec. 5.2 "Simulation with Inhomogeneous
-    Boundaries": "``y_i = [cos(0.4 * u * pi ||x_i||_1)] + 1``, ``u ~ Unif[0, 1]``,
-    ``x_i ~ N(0, I_2)``, where [x] rounds x to the nearest integer", N = 500. The test set is the
-    50 x 50 grid of [-3, 3]^2 (spec ``deep_qep.md`` Sec. 5): label it with ``rhombus_labels``.
+    Source: Chang, Obite, Zhou and Lan, "Deep Q-Exponential Processes", Sec. 5.2
+    "Simulation with Inhomogeneous Boundaries":
+    "``y_i = [cos(0.4 * u * pi ||x_i||_1)] + 1``, ``u ~ Unif[0, 1]``, ``x_i ~ N(0, I_2)``,
+    where [x] rounds x to the nearest integer", N = 500. The test set is the 50 x 50 grid of
+    [-3, 3]^2: label it with ``rhombus_labels``.
 
     The printed formula and the authors' script differ (spec ``deep_qep.md`` Sec. 1.5, caveat 5):
     the script computes ``torch.round(cos(0.4 * u * pi * |x| + |y|) + 1)``, so by operator
@@ -263,8 +263,8 @@ def load_authors_rhombus(return_u=False):
 
     Notes
     -----
-    Source: Chang et al., "Deep Q-Exponential Processes" (file
-    ``/work/shared/seeds/001_fa5885c0f1d7844f.txt``), Sec. 5.2 and Table B.2, and the authors'
+    Source: Chang, Obite, Zhou and Lan, "Deep Q-Exponential Processes", Sec. 5.2 and
+    Table B.2, and the authors'
     script ``classification/run_Deep_QEP.py`` of the repository ``lanzithinking/DeepQEP`` on
     GitHub (commit 6c995a67). The paper's accuracies were measured on this one draw, whereas
     ``make_annular_rhombus`` draws new inputs for each seed. Most of the test grid lies

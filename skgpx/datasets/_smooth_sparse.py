@@ -54,7 +54,8 @@ def _se_draw(n_points, length_scale, rng):
     """
     M = 2 * n_points
     k = np.arange(M // 2 + 1)
-    density = np.sqrt(2 * np.pi) * length_scale * np.exp(-0.5 * (2 * np.pi * k / M * length_scale) ** 2)
+    frequency = 2 * np.pi * k / M
+    density = np.sqrt(2 * np.pi) * length_scale * np.exp(-0.5 * (frequency * length_scale) ** 2)
     coef = rng.standard_normal(M // 2 + 1) + 1j * rng.standard_normal(M // 2 + 1)
     # irfft(X)[t] = (X_0 + 2 sum_k Re(X_k e^{i w_k t}) + X_{M/2} (-1)^t) / M, so these weights
     # give the orthonormal real basis: 1/sqrt(M) at k = 0 and M/2, sqrt(2/M) cos / sin otherwise.

@@ -14,6 +14,8 @@ from .._base import (
     StrOptions,
     TorchEstimatorMixin,
     array_bytes,
+    check_draw_memory,
+    check_magnitude,
     check_memory,
     check_n_samples,
     column_standardisation,
@@ -97,7 +99,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Learn the input scale ``Omega`` (an ARD-like metric); False fixes ``Omega = I``.
     input_scale_steps : int, default=1
         Joint steps of ``Omega`` with the hidden Gram matrices at the end of each sweep
-        (``'dkp'`` and ``'dgp'`` with ``input_scale``): the Grams keep their values
+        (``objective='dkp'`` with ``input_scale``): the Grams keep their values
         relative to their prior scales while ``Omega`` takes a Riemannian gradient
         ascent step.  The seed's block update alone leaves ``Omega`` at about ``I``
         (the layer above pins it); 0 gives that block update only (about three
@@ -424,6 +426,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Raises
         ------
         ValueError
+            If a value of X or y exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        ValueError
             For non-finite or mis-shaped input, fewer than 2 samples or bad ``dof``.
         NotPositiveDefiniteError
             If a matrix stays non positive definite after three jitter increases.
@@ -438,6 +443,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         )
         dof = self._resolve_dof()
         device, dtype = self._fit_device_dtype()
+        check_magnitude(X, "X", dtype)
+        check_magnitude(y, "y", dtype)
         n_rows = X.shape[0]
         check_memory(
             _fit_bytes(n_rows, self.n_layers, dtype),
@@ -568,6 +575,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         """Standardised test inputs on ``device_``; ``joint`` names a method that forms
         ``n x n`` blocks over the rows, whose memory is checked first."""
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        check_magnitude(X, "X", self._state.inputs.dtype)
         if joint is not None:
             n_test = X.shape[0]
             # float64 numpy n x n results: one per target of the covariance, one per layer
@@ -613,6 +621,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
         Raises
         ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         InsufficientMemoryError
             With ``return_cov``, before any torch work, when the ``n x n`` blocks cannot
             fit in the memory available on ``device_``.
@@ -664,6 +675,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
         Raises
         ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         InsufficientMemoryError
             Before any torch work, when the joint ``n x n`` blocks cannot fit in the
             memory available on ``device_``.
@@ -671,6 +688,15 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         check_is_fitted(self)
         n_samples = check_n_samples(n_samples)
         test = self._test_tensor(X, joint="sample_y")
+        n_rows = test.shape[0]
+        # per draw and target: the float64 normals, their cast, the product with the root
+        # and four numpy copies (to_numpy, + mean, * scale, + mean)
+        check_draw_memory(
+            n_samples, 7 * n_rows * self._cache.output_weights.shape[1],
+            what=f"DeepKernelProcessRegressor.sample_y on {n_rows} rows",
+            way_out="ask for fewer draws (n_samples) per call, or call it on chunks of X",
+            device=self.device_,
+        )
         mean, cov = propagate(self._cache, test, full=True)
         noise = float(self._state.weights[-1][1])
         cov = cov - noise * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)

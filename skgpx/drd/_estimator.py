@@ -15,6 +15,8 @@ from .._base import (
     StrOptions,
     TorchEstimatorMixin,
     array_bytes,
+    check_draw_memory,
+    check_magnitude,
     check_memory,
     check_n_samples,
     deterministic_fit_generator,
@@ -441,6 +443,9 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         Raises
         ------
         ValueError
+            If a value of X or y exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        ValueError
             For non-finite or mis-shaped input, fewer than 2 samples, or a ``coef_shape``
             that does not match ``n_features``.
         InsufficientMemoryError
@@ -452,6 +457,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
                              dtype=[np.float64, np.float32])
         shape = self._grid_shape(X.shape[1])
         device, dtype = self._fit_device_dtype()
+        check_magnitude(X, "X", dtype)
+        check_magnitude(y, "y", dtype)
         config, extent = self._config(shape)
         self._check_memory(config, extent, X.shape[0], device, dtype)
 
@@ -540,6 +547,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     # -------------------------------------------------------------- predict
     def _internal(self, X):
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        check_magnitude(X, "X", self.dtype_)
         x_mean, x_scale, _, _ = self._units
         device, dtype = self.device_, getattr(torch, self.dtype_)
         return X, self._as_tensor((np.asarray(X, dtype=np.float64) - x_mean) / x_scale,
@@ -560,6 +568,12 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         y_mean : ndarray of shape (n_samples,)
         y_std : ndarray of shape (n_samples,)
             Only with ``return_std=True``.
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         """
         check_is_fitted(self)
         X, Xt = self._internal(X)
@@ -597,6 +611,15 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         Returns
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples)
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         """
         check_is_fitted(self)
         n_samples = check_n_samples(n_samples, minimum=0)
@@ -605,6 +628,16 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         generator = deterministic_fit_generator(random_state)
         n, m = post.cond.Z.shape
         dtype, device = Xt.dtype, Xt.device
+        # per draw: the float64 normals and their casts over the n + m (n + m + |u| with
+        # u_uncertainty) rows of the draw, 3 coefficient vectors of n_features_in_ and 3
+        # copies of the output (the product, the numpy result, its scaling)
+        latent = len(self._latent.v) if u_uncertainty and self._latent is not None else 0
+        check_draw_memory(
+            n_samples, 2 * (n + m + latent) + 3 * self.n_features_in_ + 3 * X.shape[0],
+            what=f"SmoothDRDRegressor.sample_y on {X.shape[0]} rows",
+            way_out="ask for fewer draws (n_samples) per call, or call it on chunks of X",
+            device=device,
+        )
         if not u_uncertainty or self._latent is None:
             a0 = standard_normal((m, n_samples), generator, dtype, device)
             eps = standard_normal((n, n_samples), generator, dtype, device)

@@ -12,7 +12,7 @@ from skorch.callbacks import LRScheduler
 
 from .._base import (
     Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin, array_bytes,
-    check_memory, check_n_samples,
+    check_draw_memory, check_magnitude, check_memory, check_n_samples,
     column_standardisation, cpu_generator, draw_seed, encode_classes, fenced_global_rng,
     standard_normal, to_numpy, to_probabilities,
 )
@@ -275,6 +275,9 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         Raises
         ------
         ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        ValueError
             For fewer than two classes, or an architecture or tokenizer that does not fit.
         InsufficientMemoryError
             At once, before any torch work, when one batch (softmax attention is quadratic
@@ -285,6 +288,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         classes, codes = encode_classes(self, y)
         n_tokens, details = self._check_architecture(X.shape[1])
         device, dtype = self._fit_device_dtype()
+        check_magnitude(X, "X", dtype)
         merge = self.merge if self.merge != "auto" else (
             "concat" if self.tokenizer == "patches" else "add")
         total_tokens = n_tokens + (self.pooling == "cls")
@@ -353,8 +357,19 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         no KEP layer (every draw is the same network)."""
         X = validate_data(self, X, reset=False, dtype=np.float64)
         device, dtype = self._current_device_dtype()
+        check_magnitude(X, "X", dtype)
         self._check_memory("prediction", X.shape[0], self.n_tokens_, None, device, dtype,
                            training=False)
+        # per draw: the float64 normals of every KEP layer and their cast, and the logits,
+        # their softmax, its permutation and the numpy result
+        per_draw = (2 * sum(layer.variational_mean.numel()
+                            for layer in self.module_.kep_attention)
+                    + 4 * X.shape[0] * len(self.classes_))
+        check_draw_memory(
+            n_samples, per_draw, what=f"KEPSVGPClassifier prediction on {X.shape[0]} rows",
+            way_out="ask for fewer draws (n_samples) per call, or call it on chunks of X",
+            device=device,
+        )
         Xt = self._as_tensor((X - self._X_mean) / self._X_scale, device, dtype)
         draws = self._draws(n_samples, seed)
         distinct = n_samples if draws else 1
@@ -383,6 +398,15 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         Returns
         -------
         proba : ndarray of shape (n_samples_X, n_classes, n_samples)
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         """
         check_is_fitted(self)
         n = check_n_samples(self.n_mc_samples if n_samples is None else n_samples)
@@ -401,6 +425,12 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         """
         check_is_fitted(self)
         logits = self._logits_samples(X, self.n_mc_samples, self.mc_seed_)
@@ -417,5 +447,14 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         Returns
         -------
         proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         """
         return self.predict_proba_samples(X, n_samples=n_samples, random_state=random_state)

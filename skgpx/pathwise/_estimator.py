@@ -13,6 +13,8 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
+    check_draw_memory,
+    check_magnitude,
     check_memory,
     check_n_samples,
     column_standardisation,
@@ -369,6 +371,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Raises
         ------
         ValueError
+            If a value of X or y exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        ValueError
             For invalid data or options (checked before any torch work).
         skgpx.InsufficientMemoryError
             If the exact mode's ``n x n`` buffers cannot fit in memory (before any work).
@@ -386,6 +391,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                                  dtype=np.float64)
         device, dtype = self._fit_device_dtype()
+        if not structured:
+            check_magnitude(X, "X", dtype)
+        check_magnitude(y, "y", dtype)
         n = X.shape[0]
         kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
         self._check_options(kernel, 1 if structured else X.shape[1])
@@ -732,6 +740,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             post = self._posterior(1)
             return post, ObjectRows.of(np.copy(X), post.theta.dtype, post.theta.device), fitted
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        check_magnitude(X, "X", self._current_device_dtype()[1])
         post = self._posterior(X.shape[1])
         return post, self._as_tensor(X, post.theta.device, post.theta.dtype), fitted
 
@@ -755,6 +764,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
         Raises
         ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         RuntimeError
             If both ``return_std`` and ``return_cov`` are requested.
         """
@@ -831,6 +843,15 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         -------
         y_samples : ndarray of shape (n_queries, n_samples) or \
                 (n_queries, n_targets, n_samples)
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         """
         post, Xq, fitted = self._query(X)
         n_samples = check_n_samples(n_samples, minimum=0)
@@ -843,6 +864,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             self.prior == "exact" or structured
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
+        self._check_draw_memory(post, n_samples, n_train, Xq.shape[0], exact,
+                                f"PathwiseGPSampler.sample_y on {Xq.shape[0]} rows")
         if exact:
             self._check_query_memory(n_train + Xq.shape[0], "sample_y with prior='exact'",
                                      "use prior='rff' (linear in the query rows)")
@@ -875,6 +898,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
         Raises
         ------
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         NotImplementedError
             If the kernel has no random-feature expansion (use ``prior="exact"``
             with :meth:`sample_y`).
@@ -884,6 +910,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         if self._structured_inputs():
             raise self._random_features_error("sample_functions")
         post = self._posterior(self.n_features_in_)
+        self._check_draw_memory(post, n_samples, post.centers.shape[0], 0, False,
+                                "PathwiseGPSampler.sample_functions")
         generator = cpu_generator(self._seed(random_state))
         with torch.no_grad():
             return draw_functions(post, n_samples, generator, **self._draw_options())
@@ -948,6 +976,25 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             )
         return log_marginal_likelihood(self._torch_kernel, theta, self._X, self._Y, alpha,
                                        eval_gradient)
+
+    def _check_draw_memory(self, post, n_samples, n_train, n_query, exact, what):
+        """Refuse draws whose outputs and buffers cannot fit (before any draw): per draw
+        and target, the prior weights (up to 2 ``n_features`` random features), about 4
+        vectors over the centres (prior values, noise, update, solve) and 4 over the query
+        rows (values, noise, the layout copy, the numpy result); the features themselves
+        when each draw has its own basis."""
+        n_random = 0 if exact else 2 * self.n_features
+        per_draw = post.n_targets * (n_random + 4 * n_train + 4 * n_query)
+        if not exact and not self.shared_basis:
+            per_draw += n_random * (post.n_features_in + 1)
+        way_out = "ask for fewer draws (n_samples) per call"
+        if n_query:
+            way_out += (", or call it on chunks of X, or use sample_functions with fewer "
+                        "draws and evaluate its functions on X chunk by chunk")
+        else:
+            way_out += " (draw the functions in several calls), or fewer n_features"
+        check_draw_memory(n_samples, per_draw, what=what, way_out=way_out,
+                          device=self._current_device_dtype()[0])
 
     def _check_query_memory(self, n_rows, what, way_out):
         """Refuse a dense ``n_rows x n_rows`` result that cannot fit (before any work)."""

@@ -17,6 +17,8 @@ from .._base import (
     StrOptions,
     TorchEstimatorMixin,
     array_bytes,
+    check_draw_memory,
+    check_magnitude,
     check_memory,
     check_n_samples,
     column_standardisation,
@@ -192,7 +194,9 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
         )
 
     def _validate_fit_data(self, X, y, **kwargs):
-        return validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2, **kwargs)
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2, **kwargs)
+        check_magnitude(X, "X", self._fit_device_dtype()[1])
+        return X, y
 
     def _fit_network(self, X, targets, n_outputs, criterion, stratify):
         """Standardise ``X``, build the module, train it through skorch and store the
@@ -293,10 +297,24 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
                 f"got {X.shape[0]} rows, the limit is {_MAX_JOINT_ROWS}. Call it on "
                 "subsets of the rows, or use predict(return_std=True) for marginals."
             )
+        self._check_draw_memory(X.shape[0], n_samples)
         self._check_joint_memory(X.shape[0], n_samples)
         seed = self._mc_seed if random_state is None else draw_seed(random_state)
         return joint_latent_draws(
             self.module_, self._standardised_tensor(X), n_samples, cpu_generator(seed)
+        )
+
+    def _check_draw_memory(self, n_rows, n_samples):
+        """Raise InsufficientMemoryError before any torch work when the draws cannot fit:
+        per draw, about 3 values per row and unit of every layer (normals, their cast, the
+        layer's output) and 4 copies of the output (the draws, their permutation, the numpy
+        result and its scaling)."""
+        layers = self.module_.layers
+        per_draw = n_rows * (4 * layers[-1].n_units + 3 * sum(layer.n_units for layer in layers))
+        check_draw_memory(
+            n_samples, per_draw, what=f"{type(self).__name__}.sample_y on {n_rows} rows",
+            way_out="ask for fewer draws (n_samples) per call, or call it on chunks of X",
+            device=self.device_,
         )
 
     def _check_joint_memory(self, n_rows, n_samples):
@@ -326,7 +344,8 @@ class DeepQEPBase(TorchEstimatorMixin, BaseEstimator):
 
     def _check_predict_input(self, X):
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return check_magnitude(X, "X", self._current_device_dtype()[1])
 
     @property
     def _noise_variance_factor(self):

@@ -168,6 +168,9 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         Raises
         ------
         ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        ValueError
             If ``y`` holds fewer than two classes.
         """
         self._validate_params()
@@ -196,6 +199,12 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         -------
         proba : ndarray of shape (n_samples, n_classes)
             Rows sum to one; columns follow ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         """
         X = self._check_predict_input(X)
         mean, var, generator = self._latent(X)
@@ -220,6 +229,12 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
 
         Raises
         ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         ValueError
             For more than 5000 rows.
         InsufficientMemoryError

@@ -3,7 +3,7 @@
 import numpy as np
 from sklearn.base import MultiOutputMixin, RegressorMixin
 
-from .._base import column_standardisation, to_numpy
+from .._base import check_magnitude, column_standardisation, to_numpy
 from ._base_estimator import COMMON_PARAMETERS, DeepQEPBase
 from ._likelihoods import QExponentialLikelihood
 
@@ -165,10 +165,17 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         Returns
         -------
         self : DeepQEPRegressor
+
+        Raises
+        ------
+        ValueError
+            If a value of X or y exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         """
         self._validate_params()
         self._check_hidden_dims()
         X, y = self._validate_fit_data(X, y, multi_output=True, y_numeric=True)
+        check_magnitude(y, "y", self._fit_device_dtype()[1])
         self._y_1d = y.ndim == 1 or y.shape[1] == 1
         Y = np.array(y, dtype=np.float64).reshape(X.shape[0], -1)
         if self.normalize_y:
@@ -206,6 +213,12 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         -------
         y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
         y_std : ndarray of the same shape, only with ``return_std=True``
+
+        Raises
+        ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         """
         X = self._check_predict_input(X)
         mean, var, _ = self._latent(X)
@@ -236,6 +249,12 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
 
         Raises
         ------
+        ValueError
+            If a value of X exceeds the largest supported magnitude (1e150 with
+            ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
+        InsufficientMemoryError
+            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
+            the memory available (ask for fewer draws, or call it on chunks of X).
         ValueError
             For more than 5000 rows.
         InsufficientMemoryError
