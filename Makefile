@@ -33,7 +33,9 @@ install-bench: $(VENV)/.installed-bench
 demo: install
 	$(PY) examples/demo.py --out demo_output
 
+# flake8 first (seconds; its settings are in setup.cfg), then the whole suite
 test: install
+	$(PY) -m flake8
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal --durations=25 tests
 
 # The documentation (HTML in doc/_build/html), warnings as errors.  `make docs` runs every

@@ -182,8 +182,8 @@ def print_header(title, args=None, extra=(), device="cpu", dtype_note=None):
           f"RAM {fmt_bytes(total_ram_bytes())}; device={device}")
     if device.startswith("cuda") and torch.cuda.is_available():
         print(f"GPU:      {torch.cuda.get_device_name(device)}")
-    print("dtype:    " + (dtype_note if dtype_note is not None
-                            else "float64 everywhere (torch default dtype set to float64)"))
+    default_note = "float64 everywhere (torch default dtype set to float64)"
+    print("dtype:    " + (dtype_note if dtype_note is not None else default_note))
     print("threads:  " + format_threads(thread_summary()))
     if args is not None:
         print("options:  " + " ".join(f"--{k.replace('_', '-')}={v}"

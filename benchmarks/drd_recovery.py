@@ -182,8 +182,8 @@ def per_seed(recs, key):
 
 def ratios(per_model, num, den="sdrd"):
     """Per-seed coefficient MSE ratio num / den (seeds where both exist)."""
-    a, b = per_seed(per_model.get(num, []), "coef_mse"), per_seed(per_model.get(den, []),
-                                                                   "coef_mse")
+    a = per_seed(per_model.get(num, []), "coef_mse")
+    b = per_seed(per_model.get(den, []), "coef_mse")
     return {s: a[s] / b[s] for s in sorted(set(a) & set(b)) if b[s] > 0}
 
 

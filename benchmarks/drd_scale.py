@@ -115,8 +115,9 @@ def run_all(args):
             if rec["status"] == "ok":
                 rec["fit_s"] = C.median(rec["times"]["total"])
                 rec.update(rec["info"])
-            print(f"  {s}x{s} {basis}: " + (f"{rec['fit_s']:.2f} s, n_iter {rec['n_iter']}"
-                                           if rec["status"] == "ok" else rec["status"])
+            outcome = (f"{rec['fit_s']:.2f} s, n_iter {rec['n_iter']}"
+                       if rec["status"] == "ok" else rec["status"])
+            print(f"  {s}x{s} {basis}: " + outcome
                   + (f"  [{rec['note']}]" if rec.get("note") else ""), flush=True)
             records.append(rec)
     return records

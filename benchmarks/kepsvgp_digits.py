@@ -254,8 +254,8 @@ def report(args, records):
         align="l" + "r" * (len(METRICS) + 2),
         notes=[f"mean ± standard error over seeds; {header}: ACC, AUROC, FPR95, ECE, Brier in %,"
                " AURC and E-AURC x 1e3, NLL x 10 (the paper's scales)",
-               "MSP+TS: temperature " + fmt_pm(values(records.get("msp-ts", []),
-                                                       "temperature"), 2)
+               "MSP+TS: temperature "
+               + fmt_pm(values(records.get("msp-ts", []), "temperature"), 2)
                if "msp-ts" in records else ""] + C.failure_notes(records))
 
     if "msp" in records:

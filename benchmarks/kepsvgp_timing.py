@@ -468,8 +468,8 @@ def report(args, records, models):
              "two largest N": [p[0] for p in last2]}
         slopes[m] = s
         rows.append([LABELS[m], _fmt_slope(s["all"]), _fmt_slope(s[f">={SLOPE_FROM}"]),
-                     _fmt_slope(s["two largest"]) + (f" ({last2[0][0]}-{last2[1][0]})"
-                                                    if len(last2) == 2 else "")])
+                     _fmt_slope(s["two largest"])
+                     + (f" ({last2[0][0]}-{last2[1][0]})" if len(last2) == 2 else "")])
     C.print_table("Log-log slope of time against N (least squares)",
                   ["model", "all sizes", f"N >= {SLOPE_FROM}", "two largest timed N"], rows,
                   align="lrrr",

@@ -167,7 +167,8 @@ def test_step_turn_values_by_hand():
         assert y_true[i, 0] == uj
         assert y_true[i, 1] == pytest.approx(ut, abs=1e-12)
     # Sanity of the hand values themselves: 1.48485, 1.47980, 0.51010, 0.54545.
-    assert [round(expected[i][2], 5) for i in (49, 50, 74, 75)] == [1.48485, 1.4798, 0.5101, 0.54545]
+    hand = [round(expected[i][2], 5) for i in (49, 50, 74, 75)]
+    assert hand == [1.48485, 1.4798, 0.5101, 0.54545]
 
 
 def test_step_turn_breakpoints_on_grid():
@@ -236,7 +237,8 @@ def test_rhombus_reproducible():
 
 
 def test_rhombus_inputs_standard_normal():
-    # x ~ N(0, I_2): sample means within 4 standard errors (1/sqrt(n)), variances within 4 (sqrt(2/n)),
+    # x ~ N(0, I_2): sample means within 4 standard errors (1/sqrt(n)), variances within 4
+    # (sqrt(2/n)),
     # correlation within 4/sqrt(n).
     n = 20_000
     X, _ = make_annular_rhombus(n_samples=n, random_state=6)
@@ -276,7 +278,8 @@ def test_rhombus_labels_by_hand(shape, col):
 def test_rhombus_labels_other_u():
     # u = 1: a = 0.4 pi; u = 0.5: a = 0.2 pi.
     X = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [1.0, 0.5]])
-    # u = 1: script cos+1 = 1.3090, 1.5403, 0.1910, 0.8152; paper cos = 0.3090, 0.3090, -0.8090, -0.3090
+    # u = 1: script cos+1 = 1.3090, 1.5403, 0.1910, 0.8152;
+    # paper cos = 0.3090, 0.3090, -0.8090, -0.3090
     np.testing.assert_array_equal(rhombus_labels(X, "script", u=1.0), [1, 2, 0, 1])
     np.testing.assert_array_equal(rhombus_labels(X, "paper", u=1.0), [1, 1, 0, 1])
     # u = 0.5: script 1.8090, 1.5403, 1.3090, 1.4282; paper 0.8090, 0.8090, 0.3090, 0.5878

@@ -301,7 +301,8 @@ def test_spd_logdet_gradient_is_the_inverse():
     (grad,) = torch.autograd.grad(spd_logdet(base + t * direction), t)
     expected = np.trace(np.linalg.solve(base.numpy(), direction.numpy()))
     np.testing.assert_allclose(float(grad), expected, rtol=1e-12)
-    np.testing.assert_allclose(float(spd_logdet(base)), np.linalg.slogdet(base.numpy())[1], rtol=1e-13)
+    np.testing.assert_allclose(float(spd_logdet(base)), np.linalg.slogdet(base.numpy())[1],
+                               rtol=1e-13)
 
 
 def test_quiet_jitter_factorises_a_singular_matrix_without_warning(recwarn):

@@ -69,7 +69,8 @@ def _test_bytes(n_test, n_train, n_layers, dtype, numpy_copies=1):
             + (4 + 2 * n_layers) * array_bytes(n_test, n_train, dtype=dtype))
 
 
-class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
+class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin,
+                                 BaseEstimator):
     """Deep kernel (Wishart) process regression fitted by a Newton-like point solver.
 
     Every hidden layer of a deep Wishart process holds a ``P x P`` Gram matrix over

@@ -28,7 +28,6 @@ __all__ = [
 GRAM_KERNELS = ("sqexp", "arccos0", "arccos1")
 
 
-
 def _cosine_margin(dtype):
     """Off-diagonal cosines stay this far from +-1 where derivatives are taken: the
     arc-cosine derivative ``1/sqrt(1 - C^2)`` is infinite at ``C = +-1``."""

@@ -304,7 +304,8 @@ def update_input_scale(config, state, messages, report):
         r = message.nu / config.nu_input
         d_matrix, t_matrix = message.terms()
         data = data + (r / inputs.shape[1]) * (inputs.mT @ d_matrix @ inputs)
-        curvature = curvature + (r / inputs.shape[1]) * (omega @ (inputs.mT @ t_matrix @ inputs) @ omega)
+        projected = omega @ (inputs.mT @ t_matrix @ inputs) @ omega
+        curvature = curvature + (r / inputs.shape[1]) * projected
         ratio += r
 
     def coefficients(lam):

@@ -517,8 +517,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         self.coef_ = to_numpy(coef) * ratio
         self.intercept_ = float(y_mean - x_mean @ self.coef_) if self.fit_intercept else 0.0
         self.coef_std_ = np.sqrt(to_numpy(self._posterior.coef_variance())) * ratio
-        keep = (self.compute_covariance is True
-                or (self.compute_covariance == "auto" and coef.shape[0] <= _COVARIANCE_MAX_FEATURES))
+        small = coef.shape[0] <= _COVARIANCE_MAX_FEATURES
+        keep = self.compute_covariance is True or (self.compute_covariance == "auto" and small)
         self.sigma_ = to_numpy(self._posterior.coef_covariance()) * ratio**2 if keep else None
         self.noise_variance_ = solver.value("noise") * y_scale**2
         self.alpha_ = 1.0 / self.noise_variance_

@@ -196,8 +196,8 @@ class Solver:
         if G is not None and every:  # X C = ((X D) G G^T) D by axis products
             XC = d_A * G.adjoint(G.forward(self.X * d_A))
             return fisher_curvature(cond, X_A, None, slope, XC_A=XC)
-        K_A = G.gram(index) if G is not None else torch.eye(len(index), dtype=u.dtype,
-                                                             device=u.device)
+        K_A = (G.gram(index) if G is not None
+               else torch.eye(len(index), dtype=u.dtype, device=u.device))
         C_AA = d_A[:, None] * K_A * d_A[None, :]
         return fisher_curvature(cond, X_A, C_AA, slope)
 
@@ -231,8 +231,8 @@ class Solver:
         noise = torch.exp(log["noise"])
         value = torch.zeros((), dtype=self.X.dtype, device=self.X.device)
         if c.sparsity:
-            rho, l = torch.exp(log["rho"]), torch.exp(log["l"])
-            U = _bind(U_axes, l, self._one)
+            rho, length = torch.exp(log["rho"]), torch.exp(log["l"])
+            U = _bind(U_axes, length, self._one)
             if c.basis == "dense":
                 e = U.solve(torch.ones_like(u))
                 f = U.solve(u)

@@ -266,4 +266,3 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
         values = to_numpy(draws.permute(2, 1, 0))
         values = values * self.y_scale_[:, None] + self.y_mean_[:, None]
         return values[:, 0, :] if self._y_1d else values
-

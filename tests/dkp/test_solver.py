@@ -40,7 +40,8 @@ def _state_from(model, dtype=torch.float64):
     y = np.asarray(model.y_train_, dtype=float).reshape(len(X), -1)
     Y = torch.tensor((y - y.mean(0)) / y.std(0), dtype=dtype)
     omega = model.input_scale_ if model.input_scale_ is not None else np.eye(X.shape[1])
-    weights = [torch.tensor(w[: 2 if model.skip else 1], dtype=dtype) for w in model.kernel_weights_]
+    n_weights = 2 if model.skip else 1
+    weights = [torch.tensor(w[:n_weights], dtype=dtype) for w in model.kernel_weights_]
     weights.append(torch.tensor([model.output_weight_, model.noise_variance_], dtype=dtype))
     return DKPState(
         inputs=X, targets=Y, omega=torch.tensor(omega, dtype=dtype),

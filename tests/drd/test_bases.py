@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from skgpx.drd._bases import DenseAxis, FourierAxis, GridFactor, kept_frequency_count, se_correlation
+from skgpx.drd._bases import (
+    DenseAxis,
+    FourierAxis,
+    GridFactor,
+    kept_frequency_count,
+    se_correlation,
+)
 from skgpx.kernels import se_spectral_density
 
 T = torch.float64
@@ -48,8 +54,14 @@ def test_full_basis_is_orthonormal_and_padded_gram_is_the_se_correlation():
 def test_kept_frequencies_follow_the_spectral_threshold():
     M, length, threshold = 128, 4.0, 1e4
     k = kept_frequency_count(M, length, threshold)
-    omega = lambda j: torch.tensor(2 * math.pi * j / M, dtype=T)  # noqa: E731
-    ratio = lambda j: float(se_spectral_density(omega(j), length) / se_spectral_density(omega(0), length))  # noqa: E731
+
+    def omega(j):
+        return torch.tensor(2 * math.pi * j / M, dtype=T)
+
+    def ratio(j):
+        return float(se_spectral_density(omega(j), length)
+                     / se_spectral_density(omega(0), length))
+
     assert ratio(k) > 1 / threshold >= ratio(k + 1)
     assert kept_frequency_count(M, 0.5, 10.0) == M // 2  # short lengths keep everything
 
@@ -58,7 +70,8 @@ def test_kept_frequencies_follow_the_spectral_threshold():
 @pytest.mark.parametrize("kinds", [("fourier", "dense"), ("dense", "dense"), ("fourier",)])
 def test_grid_factor_is_the_kronecker_product(kinds, fft):
     shapes = (6, 4)[: len(kinds)]
-    axes = [FourierAxis(n, 2 * n, n) if k == "fourier" else DenseAxis(n) for k, n in zip(kinds, shapes)]
+    axes = [FourierAxis(n, 2 * n, n) if k == "fourier" else DenseAxis(n)
+            for k, n in zip(kinds, shapes)]
     bound = [a.bind(1.7, T, "cpu") for a in axes]
     for b in bound:
         if hasattr(b, "fft"):
@@ -105,7 +118,7 @@ def test_largest_scales_bound_the_scales_over_the_length_range():
     axis = FourierAxis(20, 40, 12)
     low, high = 1.5, 6.0
     grid = np.exp(np.linspace(np.log(low), np.log(high), 2001))
-    scales = np.array([axis.scales(float(l), T, "cpu").numpy() for l in grid])
+    scales = np.array([axis.scales(float(scale), T, "cpu").numpy() for scale in grid])
     largest = axis.largest_scales(low, high, T, "cpu").numpy()
     assert np.all(scales <= largest * (1 + 1e-12))
     np.testing.assert_allclose(scales.max(0), largest, rtol=1e-5)  # attained inside the range

@@ -130,7 +130,8 @@ def test_literal_eq8_misses_exactly_the_erratum_terms(s2):
 
 
 def _eq9_data_gradient(X, y, u, G, s2, name):
-    """Seed Eq. 9 (data part) with dZ/du_i = X dC_s^1/2/du_i B^T C_f^1/2 B = 1/2 s_i D_ii x_i G_i."""
+    """Seed Eq. 9 (data part) with
+    dZ/du_i = X dC_s^1/2/du_i B^T C_f^1/2 B = 1/2 s_i D_ii x_i G_i."""
     Xn, yn, Gm = X.numpy(), y.numpy(), _dense(G)
     d = link(u, name).sqrt().numpy()
     slope = link_log_slope(u, name).numpy()
@@ -254,7 +255,8 @@ def test_theta_objective_profiles_b_by_eq12_and_has_the_quadratic_part_of_eq13()
     E, b = solver.laplace_evidence(log, 0.0, u, None, [DenseAxis(p)], None, None)
     grads = torch.autograd.grad(E, (log["rho"], log["l"]))
     one, un = np.ones(p), u.numpy()
-    np.testing.assert_allclose(float(b), one @ np.linalg.solve(K, un) / (one @ np.linalg.solve(K, one)),
+    gls_mean = one @ np.linalg.solve(K, un) / (one @ np.linalg.solve(K, one))
+    np.testing.assert_allclose(float(b), gls_mean,
                                rtol=1e-10)
     Kr = np.linalg.solve(K, un - float(b))
     dK_dlogrho = K
@@ -430,4 +432,3 @@ def test_posterior_equals_direct_conditioning(p, n):
     np.testing.assert_allclose(cond.variance(Zq).numpy(),
                                np.einsum("ij,jk,ik->i", Xq.numpy(), cov, Xq.numpy()),
                                rtol=1e-9, atol=1e-12)
-

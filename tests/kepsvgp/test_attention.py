@@ -118,16 +118,16 @@ def _reference_forward(layer, Z, eps):
     if not layer.whiten:
         U = U / lam.unsqueeze(-2)
     if layer.merge == "add":
-        O = ((E + R) @ U.transpose(-1, -2)) @ layer.output.weight.T + layer.output.bias
+        out = ((E + R) @ U.transpose(-1, -2)) @ layer.output.weight.T + layer.output.bias
     else:
-        O = (torch.cat([E, R], dim=-2) @ U.transpose(-1, -2)) @ layer.output.weight.T
-        O = O + layer.output.bias  # (B, h, 2N, d_h)
+        out = (torch.cat([E, R], dim=-2) @ U.transpose(-1, -2)) @ layer.output.weight.T
+        out = out + layer.output.bias  # (B, h, 2N, d_h)
         if layer.concat_rank is None:
             mix, mix_bias = layer.token_mix.weight, layer.token_mix.bias
         else:
             mix, mix_bias = layer.token_mix_a @ layer.token_mix_b.T, layer.token_mix_bias
-        O = mix @ O + mix_bias[:, None]  # (B, h, N, d_h)
-    out = O.transpose(1, 2).reshape(B, N, C)
+        out = mix @ out + mix_bias[:, None]  # (B, h, N, d_h)
+    out = out.transpose(1, 2).reshape(B, N, C)
     J = (0.5 * (E.pow(2) / lam.unsqueeze(-2)).sum((-2, -1))
          + 0.5 * (R.pow(2) / lam.unsqueeze(-2)).sum((-2, -1))
          - torch.einsum("...ds,...ds->...", W_e, W_r))  # (B, h)

@@ -441,6 +441,6 @@ def test_hopeless_kernel_matrix_raises_linalg_error():
     kernel = PairwiseKernel(gamma=1.0, gamma_bounds="fixed", metric="sigmoid",
                             pairwise_kernels_kwargs={"coef0": -1.0})
     est = PathwiseGPSampler(kernel, alpha=0.0, optimizer=None, device="cpu")
-    with pytest.raises(np.linalg.LinAlgError, match=r"not positive definite, even with a "
-                                                     r"jitter"):
+    message = r"not positive definite, even with a jitter"
+    with pytest.raises(np.linalg.LinAlgError, match=message):
         est.fit(X, y)

@@ -79,8 +79,8 @@ def test_rff_kernel_error_decays_like_inverse_sqrt_of_F(name):
             errors.append(np.sqrt(np.mean(error**2)))
             # single-draw bound, every draw (prototype: 1.5-2.6 sigma_f^2 F^-1/2)
             max_error = np.abs(error).max()
-            assert max_error <= 5.0 * sigma_f2 / np.sqrt(n_features), (n_features, seed,
-                                                                      max_error)
+            bound = 5.0 * sigma_f2 / np.sqrt(n_features)
+            assert max_error <= bound, (n_features, seed, max_error)
         rms.append(np.mean(errors))
     slope = np.polyfit(np.log(N_FEATURES), np.log(rms), 1)[0]
     assert -0.65 <= slope <= -0.35, slope

@@ -50,7 +50,8 @@ def spd_matrix(dim, seed):
 
 
 def numpy_log_density(u, mu, cov, q):
-    """Eq. 1 written out in numpy: log(q/2) - N/2 log 2pi - 1/2 log|C| + N/2 (q/2-1) log r - r^(q/2)/2."""
+    """Eq. 1 written out in numpy:
+    log(q/2) - N/2 log 2pi - 1/2 log|C| + N/2 (q/2-1) log r - r^(q/2)/2."""
     n = mu.shape[-1]
     diff = u - mu
     r = np.einsum("...i,ij,...j->...", diff, np.linalg.inv(cov), diff)
@@ -143,8 +144,9 @@ def test_log_prob_matches_formula_and_scale_tril(q):
     d1 = make_dist(mu, cov, q)
     d2 = MultivariateQExponential(torch.from_numpy(mu),
                                   scale_tril=torch.linalg.cholesky(torch.from_numpy(cov)), power=q)
-    np.testing.assert_allclose(d1.log_prob(torch.from_numpy(u)).numpy(), want, rtol=1e-12, atol=1e-11)
-    np.testing.assert_allclose(d2.log_prob(torch.from_numpy(u)).numpy(), want, rtol=1e-12, atol=1e-11)
+    for distribution in (d1, d2):
+        np.testing.assert_allclose(distribution.log_prob(torch.from_numpy(u)).numpy(), want,
+                                   rtol=1e-12, atol=1e-11)
 
 
 def test_constructor_validation():
@@ -181,7 +183,8 @@ def test_radius_moment_against_gammaln(q, dim, k):
     got = radius_moment(k, dim, q)
     assert math.isfinite(got)
     assert got == pytest.approx(exact_radius_moment(k, dim, q), rel=1e-10)
-    assert variance_factor(dim, q) == pytest.approx(exact_radius_moment(2.0, dim, q) / dim, rel=1e-10)
+    expected = exact_radius_moment(2.0, dim, q) / dim
+    assert variance_factor(dim, q) == pytest.approx(expected, rel=1e-10)
 
 
 def test_radius_moment_chi2_mean():

@@ -57,7 +57,8 @@ def _clf(**params):
 def test_same_seed_is_bitwise_reproducible_and_other_seeds_differ():
     first, second = _reg().fit(X, Y), _reg().fit(X, Y)
     np.testing.assert_array_equal(first.objective_history_, second.objective_history_)
-    for a, b in zip(first.predict(X_TEST, return_std=True), second.predict(X_TEST, return_std=True)):
+    pairs = zip(first.predict(X_TEST, return_std=True), second.predict(X_TEST, return_std=True))
+    for a, b in pairs:
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(first.predict(X_TEST), second.predict(X_TEST))
     np.testing.assert_array_equal(first.sample_y(X_TEST, 3), second.sample_y(X_TEST, 3))
@@ -69,7 +70,8 @@ def test_same_seed_is_bitwise_reproducible_and_other_seeds_differ():
     # the fitted prediction seed (deterministic), never fresh entropy
     np.testing.assert_array_equal(first.sample_y(X_TEST, 3, random_state=None),
                                   second.sample_y(X_TEST, 3, random_state=None))
-    assert np.abs(first.sample_y(X_TEST, 3, random_state=1) - first.sample_y(X_TEST, 3)).max() > 1e-6
+    other = first.sample_y(X_TEST, 3, random_state=1)
+    assert np.abs(other - first.sample_y(X_TEST, 3)).max() > 1e-6
 
     clf1, clf2 = _clf().fit(XC, YC), _clf().fit(XC, YC)
     np.testing.assert_array_equal(clf1.predict_proba(X_TEST), clf2.predict_proba(X_TEST))
@@ -313,7 +315,8 @@ def test_predict_checks_fit_and_features():
         model.predict(X_TEST)
     model.fit(X, Y)
     for method in (model.predict, lambda Z: model.sample_y(Z, 2)):
-        with pytest.raises(ValueError, match="X has 3 features, but DeepQEPRegressor is expecting 2"):
+        message = "X has 3 features, but DeepQEPRegressor is expecting 2"
+        with pytest.raises(ValueError, match=message):
             method(np.hstack([X_TEST, X_TEST[:, :1]]))
         with pytest.raises(ValueError, match="NaN"):
             method(_nan_at(X_TEST, 0, np.nan))
