@@ -74,19 +74,26 @@ def dask_training_data(X, y):
     return X, Y, feature_names, y_was_1d
 
 
-def dask_summaries(X, Y):
+def dask_summaries(X, Y, dtype=torch.float64):
     """One pass over the data: column means of X, means and standard deviations of Y.
 
-    Raises ``ValueError`` for NaN or infinity anywhere (checked on the workers).
+    Raises ``ValueError`` for NaN or infinity anywhere, and for values above the largest
+    magnitude supported in ``dtype`` (as :func:`skgpx._base.check_magnitude` does in
+    memory; both checked on the workers in the same pass).
     """
     import dask
 
+    from ._base import check_magnitude
+
     finite_X, finite_Y = da_all_finite(X), da_all_finite(Y)
-    ok_X, ok_Y, x_mean, y_mean, y_std = dask.compute(
-        finite_X, finite_Y, X.mean(axis=0), Y.mean(axis=0), Y.std(axis=0))
+    ok_X, ok_Y, x_mean, y_mean, y_std, x_max, y_max = dask.compute(
+        finite_X, finite_Y, X.mean(axis=0), Y.mean(axis=0), Y.std(axis=0),
+        abs(X).max(), abs(Y).max())
     for what, ok in (("X", ok_X), ("y", ok_Y)):
         if not ok:
             raise ValueError(f"Input {what} contains NaN or infinity.")
+    check_magnitude(np.array([x_max]), "X", dtype)
+    check_magnitude(np.array([y_max]), "y", dtype)
     return np.asarray(x_mean), np.asarray(y_mean), np.asarray(y_std)
 
 

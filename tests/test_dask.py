@@ -156,6 +156,19 @@ def test_dask_fit_reports_non_finite_input_before_fitting():
         est.fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
 
 
+@pytest.mark.parametrize("where", ["X", "y"])
+def test_dask_fit_refuses_magnitudes_it_cannot_square(where):
+    # the in-memory rule (skgpx._base.check_magnitude) on the same pass as the summaries
+    X, y = _regression(200)
+    if where == "X":
+        X = X * 1e200
+    else:
+        y = y * 1e200
+    with pytest.raises(ValueError, match=f"{where} has values of magnitude .* above the largest"):
+        est = PathwiseGPSampler(SPARSE_KERNEL, n_inducing=10)
+        est.fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
+
+
 # ------------------------------------------------------------ tuning and scoring
 
 

@@ -524,7 +524,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
         self._check_options(kernel, d)
         self._mode(kernel, (n, d), device)
-        x_mean, y_mean, y_std = dask_summaries(X, Y)
+        x_mean, y_mean, y_std = dask_summaries(X, Y, dtype)
         if self.normalize_y:
             y_std = safe_scale(y_std)  # as column_standardisation does in memory
             Y = (Y - y_mean) / y_std
