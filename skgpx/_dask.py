@@ -10,6 +10,8 @@ import operator
 import numpy as np
 import torch
 
+from ._base import check_magnitude
+
 
 def is_dask_collection(obj):
     """True for a Dask array, DataFrame or Series (without importing Dask otherwise)."""
@@ -82,8 +84,6 @@ def dask_summaries(X, Y, dtype=torch.float64):
     memory; both checked on the workers in the same pass).
     """
     import dask
-
-    from ._base import check_magnitude
 
     finite_X, finite_Y = da_all_finite(X), da_all_finite(Y)
     ok_X, ok_Y, x_mean, y_mean, y_std, x_max, y_max = dask.compute(

@@ -110,8 +110,13 @@ def joint_input_scale_steps(config, state, n_steps):
     order = canonical_order(state.inputs)
     whitened = [a.detach() for a in whitened_grams(config, state, order)]
     omega = state.omega
-    value = _value(config, state, omega, whitened, order)
-    if value == -math.inf:
+    # at the current Omega the transport is the identity: the state's own objective, from
+    # the factorisations the sweep has cached
+    try:
+        value = float(dkp_objective(config, state))
+    except Breakdown:
+        return 0
+    if not math.isfinite(value):
         return 0
     taken = 0
     for _ in range(n_steps):
