@@ -15,28 +15,21 @@ exactly finite constant and linear terms.
 """
 
 import math
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
-from scipy import special, stats
+from scipy import special
 from sklearn.gaussian_process import kernels as sk
 
 __all__ = [
     "STATIONARY_PROFILES",
-    "ConstantTerm",
-    "LinearTerm",
     "ObjectRows",
-    "StationaryFactor",
-    "StationaryTerm",
     "TorchKernel",
     "concatenate_rows",
     "default_kernel",
-    "sample_unit_frequencies",
     "se_spectral_density",
-    "spectral_terms",
     "split_white_noise",
     "stationary_from_sklearn",
     "stationary_profile",
@@ -625,159 +618,3 @@ def stationary_from_sklearn(kernel):
         )
     length_scale = np.asarray(base.length_scale, dtype=np.float64)
     return name, output_scale, (float(length_scale) if length_scale.ndim == 0 else length_scale)
-
-
-# ------------------------------------------------------------------ spectral terms
-
-
-@dataclass
-class StationaryFactor:
-    """One stationary kernel factor: ``kind`` in {"rbf", "matern", "rq"}."""
-
-    kind: str
-    length_scale: np.ndarray
-    shape: float = math.inf  # Matern nu, or RationalQuadratic alpha
-
-
-@dataclass
-class StationaryTerm:
-    """``variance * prod(factors)``: spectral measure is the convolution of the factors'."""
-
-    variance: float
-    factors: list = field(default_factory=list)
-
-
-@dataclass
-class ConstantTerm:
-    """A constant kernel ``variance``: one feature ``sqrt(variance)``."""
-
-    variance: float
-
-
-@dataclass
-class LinearTerm:
-    """``variance * (sigma_0**2 + x.y)``: the finite features ``sqrt(variance) [sigma_0, x]``."""
-
-    variance: float
-    sigma_0: float
-
-
-def _multiply(a, b, kernel):
-    if isinstance(a, ConstantTerm) and isinstance(b, ConstantTerm):
-        return ConstantTerm(a.variance * b.variance)
-    if isinstance(b, ConstantTerm):
-        a, b = b, a
-    if isinstance(a, ConstantTerm) and isinstance(b, StationaryTerm):
-        return StationaryTerm(a.variance * b.variance, list(b.factors))
-    if isinstance(a, ConstantTerm) and isinstance(b, LinearTerm):
-        return LinearTerm(a.variance * b.variance, b.sigma_0)
-    if isinstance(a, StationaryTerm) and isinstance(b, StationaryTerm):
-        return StationaryTerm(a.variance * b.variance, a.factors + b.factors)
-    raise NotImplementedError(
-        f"Random Fourier features are not available for the product in {kernel}; "
-        "use prior='exact' with sample_y instead."
-    )
-
-
-def spectral_terms(kernel):
-    """Decompose a signal kernel into terms with known feature expansions.
-
-    Sums concatenate terms; products distribute over sums, multiply constants into
-    variances and convolve stationary spectra.  Supported leaves: ``RBF``, ``Matern``,
-    ``RationalQuadratic``, ``ConstantKernel``, ``DotProduct``.
-
-    Raises
-    ------
-    NotImplementedError
-        For any other kernel (``ExpSineSquared``, ``Exponentiation``, ``PairwiseKernel``,
-        a ``WhiteKernel`` inside the signal, ...).
-    """
-    if isinstance(kernel, sk.Sum):
-        return spectral_terms(kernel.k1) + spectral_terms(kernel.k2)
-    if isinstance(kernel, sk.Product):
-        return [
-            _multiply(a, b, kernel)
-            for a in spectral_terms(kernel.k1)
-            for b in spectral_terms(kernel.k2)
-        ]
-    if type(kernel) is sk.ConstantKernel:
-        return [ConstantTerm(float(kernel.constant_value))]
-    if type(kernel) is sk.DotProduct:
-        return [LinearTerm(1.0, float(kernel.sigma_0))]
-    length_scale = np.atleast_1d(np.asarray(getattr(kernel, "length_scale", 1.0), float))
-    if type(kernel) is sk.RBF:
-        return [StationaryTerm(1.0, [StationaryFactor("rbf", length_scale)])]
-    if type(kernel) is sk.Matern:
-        kind = "rbf" if np.isinf(kernel.nu) else "matern"
-        return [StationaryTerm(1.0, [StationaryFactor(kind, length_scale, float(kernel.nu))])]
-    if type(kernel) is sk.RationalQuadratic:
-        return [StationaryTerm(1.0, [StationaryFactor("rq", length_scale, float(kernel.alpha))])]
-    raise NotImplementedError(
-        f"Random Fourier features are not available for {kernel}; use prior='exact' "
-        "with sample_y instead."
-    )
-
-
-def _gamma_unit_mean(shape, size, generator):
-    """Gamma(shape, rate=shape) draws (mean 1), reproducibly from a torch generator."""
-    if shape in (0.5, 1.5, 2.5):
-        # chi-square with 2*shape degrees of freedom, divided by its mean
-        k = int(2 * shape)
-        z = torch.randn(*size, k, generator=generator, dtype=torch.float64)
-        return (z**2).sum(-1) / k
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-    rng = np.random.default_rng(seed)
-    return torch.as_tensor(rng.gamma(shape, 1.0 / shape, size=size), dtype=torch.float64)
-
-
-def _qmc_frequencies(factor, size, n_features, generator):
-    """Randomised quasi-Monte Carlo frequencies (scrambled Sobol), one point set per basis.
-
-    Sobol points ``u`` in ``[0, 1]^d`` give normals ``z = Phi^{-1}(u)``; the direction
-    ``z / |z|`` is kept and the radius is mapped by quantiles from the ``chi_d`` law of
-    ``|z|`` to the factor's own radial law (identity for RBF; ``|omega|^2 / d ~
-    F(d, 2 nu)`` for Matern).  Each frequency keeps its exact marginal law, so the kernel
-    estimate stays unbiased; the point set covers the spectral density evenly.
-    """
-    *batch, P = size
-    seeds = torch.randint(0, 2**31 - 1, (int(np.prod(batch)),), generator=generator)
-    points = np.empty((len(seeds), P, n_features))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # balance note when P is not 2^m
-        for b, seed in enumerate(seeds.tolist()):
-            points[b] = stats.qmc.Sobol(n_features, scramble=True, seed=seed).random(P)
-    z = stats.norm.ppf(np.clip(points, 1e-16, 1 - 1e-16))
-    if factor.kind == "matern":
-        r2 = (z**2).sum(-1, keepdims=True)
-        tail = np.maximum(stats.chi2.sf(r2, n_features), 1e-300)
-        target = n_features * stats.f.isf(tail, n_features, 2.0 * factor.shape)
-        z = z * np.sqrt(target / np.maximum(r2, 1e-300))
-    return torch.as_tensor(z.reshape(*size, n_features), dtype=torch.float64)
-
-
-def sample_unit_frequencies(factor, size, n_features, generator, qmc=False):
-    """Draw frequencies of a stationary factor with unit length scale (float64, CPU).
-
-    * RBF: ``omega ~ N(0, I)``;
-    * Matern nu: multivariate Student-t with ``2 nu`` degrees of freedom,
-      ``z / sqrt(g)`` with one ``g ~ Gamma(nu, rate nu)`` per frequency vector;
-    * RationalQuadratic alpha: Gaussian scale mixture ``z * sqrt(tau)``,
-      ``tau ~ Gamma(alpha, rate alpha)``.
-
-    With ``qmc=True`` (RBF and Matern; RationalQuadratic stays iid) the frequencies
-    along the last axis of ``size`` come from scrambled Sobol points (randomised
-    quasi-Monte Carlo feature maps; Yang et al., ICML 2014): still unbiased, with a
-    smaller kernel error, by orders of magnitude in one dimension.
-
-    Returns a tensor of shape ``(*size, n_features)``; divide by the length scale to
-    get frequencies in input units.
-    """
-    if qmc and factor.kind in ("rbf", "matern"):
-        return _qmc_frequencies(factor, tuple(size), n_features, generator)
-    z = torch.randn(*size, n_features, generator=generator, dtype=torch.float64)
-    if factor.kind == "rbf":
-        return z
-    g = _gamma_unit_mean(factor.shape, tuple(size), generator).unsqueeze(-1)
-    if factor.kind == "matern":
-        return z / torch.sqrt(g)
-    return z * torch.sqrt(g)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..linalg import CARESolveError, solve_care, try_cholesky
+from ..linalg import try_cholesky
+from ._riccati import CARESolveError, solve_care
 from ._grams import chain_derivatives, contract_derivatives
 from ._input_scale import joint_input_scale_steps
 from ._model import (

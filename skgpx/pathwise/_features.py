@@ -23,7 +23,7 @@ import math
 import torch
 
 from .._base import CPUPickleMixin
-from ..kernels import ConstantTerm, LinearTerm, sample_unit_frequencies, spectral_terms
+from ._spectra import ConstantTerm, LinearTerm, sample_unit_frequencies, spectral_terms
 
 
 class _StationaryBlock(CPUPickleMixin):

@@ -58,7 +58,7 @@ def _config(model):
 @pytest.mark.parametrize("ratio", [0.1, 1.0, 3.0])
 def test_linear_layer_fixed_point(ratio):
     """T5: iterating the layer update with K(G) = G (no mirror) solves seed Eq. 16."""
-    from skgpx.linalg import solve_care
+    from skgpx.dkp._riccati import solve_care
 
     rng = np.random.default_rng(1)
     A, B = rng.standard_normal((2, 8, 8))
