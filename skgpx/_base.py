@@ -47,7 +47,9 @@ __all__ = [
     "check_n_samples",
     "column_standardisation",
     "cpu_generator",
-    "deterministic_fit_generator",
+    "fit_seeds",
+    "loadable_device",
+    "prediction_generator",
     "draw_seed",
     "encode_classes",
     "fenced_global_rng",
@@ -215,10 +217,47 @@ def cpu_generator(seed):
     return torch.Generator(device="cpu").manual_seed(int(seed))
 
 
-def deterministic_fit_generator(random_state):
-    """The CPU generator of ``sample_y`` for an estimator whose fit is deterministic (DKP,
-    sDRD): it has no fitted prediction seed, so None means seed 0, never fresh entropy."""
-    return cpu_generator(draw_seed(0 if random_state is None else random_state))
+def fit_seeds(random_state, names):
+    """Named integer seeds of one fit, drawn in the order of ``names``.
+
+    The seed policy of every estimator: ``fit`` draws the seeds it needs, by name, from
+    ``check_random_state(random_state)`` (an int gives the same seeds on every call, a
+    ``RandomState`` advances), and builds one CPU generator per named stream, so that adding
+    a stream never changes what the others draw.  The ``"prediction"`` seed, stored as
+    ``_prediction_seed``, is what :func:`prediction_generator` uses when a prediction-time
+    draw gets ``random_state=None``.
+    """
+    rng = check_random_state(random_state)
+    return {name: draw_seed(rng) for name in names}
+
+
+def prediction_generator(estimator, random_state):
+    """The CPU generator of a prediction-time draw (``sample_y``, Monte-Carlo averages).
+
+    ``random_state`` when given; otherwise the fit's ``_prediction_seed``, so that repeated
+    calls of a fitted estimator agree (as scikit-learn's ``sample_y`` with its default
+    ``random_state=0``).  An estimator whose fit is deterministic (DKP, sDRD), or one not
+    fitted yet, has no prediction seed: None then means seed 0, never fresh entropy.
+    """
+    if random_state is None:
+        seed = getattr(estimator, "_prediction_seed", 0)
+    else:
+        seed = draw_seed(random_state)
+    return cpu_generator(seed)
+
+
+def loadable_device(device, owner):
+    """The device an unpickled object fitted on ``device`` goes to: that device, or the CPU
+    with a warning when it is a CUDA device and CUDA is not available here."""
+    device = str(device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        warnings.warn(
+            f"{owner} was fitted on {device!r} but CUDA is not available here; its tensors "
+            "are loaded on the CPU.",
+            UserWarning,
+        )
+        return "cpu"
+    return device
 
 
 # Elements of one (rows x width) intermediate: 8 MB of float64 on the CPU, where blocks
@@ -350,13 +389,7 @@ class TorchEstimatorMixin:
     def __setstate__(self, state):
         device = state.get("device_")
         if isinstance(device, str) and device.startswith("cuda"):
-            if not torch.cuda.is_available():
-                warnings.warn(
-                    f"{type(self).__name__} was fitted on {device!r} but CUDA is not "
-                    "available here; its tensors are loaded on the CPU.",
-                    UserWarning,
-                )
-                state["device_"] = device = "cpu"
+            state["device_"] = device = loadable_device(device, type(self).__name__)
             state = state_to_device(state, device)
         super().__setstate__(state)
 

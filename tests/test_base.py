@@ -11,7 +11,8 @@ from skgpx._base import (
     TorchEstimatorMixin,
     check_n_samples,
     cpu_generator,
-    deterministic_fit_generator,
+    fit_seeds,
+    prediction_generator,
     draw_seed,
     encode_classes,
     progress_bar,
@@ -153,10 +154,28 @@ def test_standard_normal_is_the_float64_stream_in_every_dtype():
     assert not torch.equal(z32, torch.randn((8, 4), generator=cpu_generator(4)))
 
 
-def test_deterministic_fit_generator_takes_none_as_seed_zero():
+def test_prediction_generator_uses_the_fit_seed_else_seed_zero():
     def first(g):
         return torch.randn(3, generator=g, dtype=torch.float64)
 
-    assert torch.equal(first(deterministic_fit_generator(None)), first(cpu_generator(0)))
-    assert torch.equal(first(deterministic_fit_generator(7)), first(cpu_generator(7)))
-    assert not torch.equal(first(deterministic_fit_generator(7)), first(cpu_generator(0)))
+    class Deterministic:  # a deterministic fit stores no prediction seed
+        pass
+
+    fitted = Deterministic()
+    fitted._prediction_seed = 11
+    assert torch.equal(first(prediction_generator(Deterministic(), None)),
+                       first(cpu_generator(0)))
+    assert torch.equal(first(prediction_generator(fitted, None)), first(cpu_generator(11)))
+    for owner in (Deterministic(), fitted):  # an explicit random_state always wins
+        assert torch.equal(first(prediction_generator(owner, 7)), first(cpu_generator(7)))
+    assert not torch.equal(first(prediction_generator(fitted, 7)), first(cpu_generator(11)))
+
+
+def test_fit_seeds_are_named_and_drawn_in_order():
+    seeds = fit_seeds(3, ("train", "prediction"))
+    rng = np.random.RandomState(3)
+    assert seeds == {"train": draw_seed(rng), "prediction": draw_seed(rng)}
+    assert fit_seeds(3, ("train", "prediction")) == seeds  # an int seed repeats
+    rng = np.random.RandomState(3)
+    first, second = fit_seeds(rng, ("a",)), fit_seeds(rng, ("a",))
+    assert first != second  # a RandomState advances

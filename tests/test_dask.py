@@ -129,7 +129,7 @@ def test_distributed_fit_on_a_dask_dataframe_keeps_feature_names(client):
     chunked = PathwiseGPSampler(**params).fit(dd.from_pandas(frame, npartitions=3),
                                               dd.from_pandas(pd.Series(y), npartitions=3))
     assert list(chunked.feature_names_in_) == ["a", "b"]
-    np.testing.assert_allclose(chunked.y_train_mean_, memory.y_train_mean_, rtol=1e-12)
+    np.testing.assert_allclose(chunked.y_mean_, memory.y_mean_, rtol=1e-12)
     assert chunked.log_marginal_likelihood_value_ == pytest.approx(
         memory.log_marginal_likelihood_value_, rel=1e-8)
     np.testing.assert_allclose(chunked.predict(frame[:20]), memory.predict(frame[:20]),

@@ -10,7 +10,7 @@ MODULES = {"skgpx.pathwise._estimator": True, "skgpx.dkp._estimator": True,
            "skgpx.datasets._regression": True, "skgpx.datasets._qep": True,
            "skgpx.datasets._digits": True, "skgpx.datasets._smooth_sparse": True,
            "skgpx.kernels": False, "skgpx.linalg": False,
-           "skgpx.qep._estimator": True, "skgpx.qep._classifier": True,
+           "skgpx.qep._regressor": True, "skgpx.qep._classifier": True,
            "skgpx.qep._distribution": True, "skgpx.metrics": True,
            "skgpx.kepsvgp._estimator": True, "skgpx.drd._estimator": True}
 

@@ -18,8 +18,8 @@ from .._base import (
     check_magnitude,
     check_memory,
     check_n_samples,
+    prediction_generator,
     column_standardisation,
-    deterministic_fit_generator,
     progress_bar,
     rows_per_chunk,
     standard_normal,
@@ -202,6 +202,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Sweeps run.
     converged_ : bool
         True when ``tol`` was set and met.
+    X_mean_, X_scale_ : ndarray of shape (n_features,)
+        Column means and scales that standardise the inputs (zeros and ones without
+        ``normalize_X``).
+    y_mean_, y_scale_ : ndarray of shape (n_targets,)
+        Column means and scales that standardise the targets (zeros and ones without
+        ``normalize_y``).
     X_train_ : ndarray of shape (n_samples, n_features)
         Training inputs (original scale).
     y_train_ : ndarray of shape (n_samples,) or (n_samples, n_targets)
@@ -296,8 +302,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
     def __init__(
         self,
-        n_layers=2,
         *,
+        n_layers=2,
         kernel="sqexp",
         skip=True,
         input_scale=True,
@@ -464,7 +470,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
         X = np.asarray(X, dtype=np.float64)
         y_matrix = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
-        x_mean, x_scale = column_standardisation(X) if self.normalize_X else (0.0, 1.0)
+        x_mean, x_scale = column_standardisation(X) if self.normalize_X else (
+            np.zeros(X.shape[1]), np.ones(X.shape[1]))
         y_mean, y_scale = column_standardisation(y_matrix) if self.normalize_y else (
             np.zeros(y_matrix.shape[1]), np.ones(y_matrix.shape[1]))
         inputs = self._as_tensor((X - x_mean) / x_scale, device, dtype)
@@ -473,8 +480,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         state, history, converged, jitter = self._solve(config, inputs, targets, device, dtype)
 
         self.device_, self.dtype_ = device, self.dtype
-        self._x_mean, self._x_scale = x_mean, x_scale
-        self._y_mean, self._y_scale = y_mean, y_scale
+        self.X_mean_, self.X_scale_ = x_mean, x_scale
+        self.y_mean_, self.y_scale_ = y_mean, y_scale
         self._state = state
         self._fitted_structure = (self.kernel, self.skip, self.input_scale)
         self._cache = build_prediction_cache(config, state)
@@ -594,8 +601,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
                          "(device='cuda' at fit)"),
                 device=self.device_,
             )
-        X = (np.asarray(X, dtype=np.float64) - self._x_mean) / self._x_scale
-        return self._as_tensor(X, self.device_, self._state.inputs.dtype)
+        X = (np.asarray(X, dtype=np.float64) - self.X_mean_) / self.X_scale_
+        return self._as_tensor(X, *self._current_device_dtype())
 
     def _single_target(self):
         return self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1
@@ -636,8 +643,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         if return_cov:
             mean, cov = propagate(self._cache, test, full=True)
             cov = to_numpy(cov)
-            y_mean = to_numpy(mean) * self._y_scale + self._y_mean
-            y_cov = cov[:, :, None] * self._y_scale**2
+            y_mean = to_numpy(mean) * self.y_scale_ + self.y_mean_
+            y_cov = cov[:, :, None] * self.y_scale_**2
             if self._single_target():
                 return y_mean[:, 0], y_cov[:, :, 0]
             return y_mean, y_cov
@@ -649,12 +656,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         for start in range(0, test.shape[0], rows):
             stop = start + rows
             means[start:stop], variances[start:stop] = propagate(self._cache, test[start:stop])
-        y_mean = to_numpy(means) * self._y_scale + self._y_mean
+        y_mean = to_numpy(means) * self.y_scale_ + self.y_mean_
         if self._single_target():
             y_mean = y_mean[:, 0]
         if not return_std:
             return y_mean
-        std = np.sqrt(np.clip(to_numpy(variances), 0.0, None))[:, None] * self._y_scale
+        std = np.sqrt(np.clip(to_numpy(variances), 0.0, None))[:, None] * self.y_scale_
         return y_mean, std[:, 0] if self._single_target() else std
 
     def sample_y(self, X, n_samples=1, random_state=0):
@@ -704,12 +711,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         eigenvalues, eigenvectors = torch.linalg.eigh(cov)
         root = eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))
         n_targets = mean.shape[1]
-        generator = deterministic_fit_generator(random_state)
+        generator = prediction_generator(self, random_state)
         normals = standard_normal((test.shape[0], n_targets * n_samples), generator,
                                   cov.dtype, cov.device)
         draws = to_numpy(root @ normals).reshape(test.shape[0], n_targets, n_samples)
-        draws = (to_numpy(mean)[:, :, None] + draws) * self._y_scale[None, :, None]
-        draws = draws + self._y_mean[None, :, None]
+        draws = (to_numpy(mean)[:, :, None] + draws) * self.y_scale_[None, :, None]
+        draws = draws + self.y_mean_[None, :, None]
         return draws[:, 0, :] if self._single_target() else draws
 
     def predict_grams(self, X, full=False):

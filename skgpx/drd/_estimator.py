@@ -19,15 +19,15 @@ from .._base import (
     check_magnitude,
     check_memory,
     check_n_samples,
-    deterministic_fit_generator,
+    prediction_generator,
     progress_bar,
     rows_per_chunk,
     standard_normal,
     to_numpy,
 )
 from ..linalg import inverse_softplus
-from ._core import link
-from ._posterior import FittedPosterior, LatentLaplace, conditional_given_u
+from ._model import link
+from ._predict import FittedPosterior, LatentLaplace, conditional_given_u
 from ._solver import Config, Solver, State, _circle_axes, latent_laplace_parts
 
 __all__ = ["SmoothDRDRegressor"]
@@ -176,6 +176,13 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         Noise precision ``1 / noise_variance_`` (scikit-learn's convention).
     noise_variance_ : float
         Noise variance.
+    X_mean_ : ndarray of shape (n_features,)
+        Column means of ``X`` (zeros with ``fit_intercept=False``).
+    X_scale_ : float
+        One root-mean-square scale of the centred ``X``: a single scale keeps the grid
+        prior on the coefficients isotropic.
+    y_mean_, y_scale_ : float
+        Mean (0 with ``fit_intercept=False``) and root-mean-square scale of ``y``.
     u_ : ndarray of shape (n_features,)
         Mode of the latent ``u`` (log prior variance for ``link="exp"``).
     u_std_ : ndarray of shape (n_features,)
@@ -512,7 +519,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         self.device_, self.dtype_ = device, self.dtype
         self.basis_ = config.basis
         self.coef_shape_ = shape
-        self._units = units
+        self.X_mean_, self.X_scale_, self.y_mean_, self.y_scale_ = units
         self._posterior = posterior
         self.coef_ = to_numpy(coef) * ratio
         self.intercept_ = float(y_mean - x_mean @ self.coef_) if self.fit_intercept else 0.0
@@ -548,10 +555,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     def _internal(self, X):
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         check_magnitude(X, "X", self.dtype_)
-        x_mean, x_scale, _, _ = self._units
-        device, dtype = self.device_, getattr(torch, self.dtype_)
-        return X, self._as_tensor((np.asarray(X, dtype=np.float64) - x_mean) / x_scale,
-                                  device, dtype)
+        X_std = (np.asarray(X, dtype=np.float64) - self.X_mean_) / self.X_scale_
+        return X, self._as_tensor(X_std, *self._current_device_dtype())
 
     def predict(self, X, return_std=False):
         """Predictive mean, and standard deviation including the noise.
@@ -584,7 +589,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         step = rows_per_chunk(4096, max(post.cond.Z.shape), Xt.device)
         var = torch.cat([post.cond.variance(post.design(Xt[i:i + step]))
                          for i in range(0, Xt.shape[0], step)]) if Xt.shape[0] else Xt[:, 0]
-        y_scale = self._units[3]
+        y_scale = self.y_scale_
         std = np.sqrt(np.clip(to_numpy(var), 0.0, None) * y_scale**2 + self.noise_variance_)
         return mean, std
 
@@ -625,7 +630,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         n_samples = check_n_samples(n_samples, minimum=0)
         X, Xt = self._internal(X)
         post = self._posterior
-        generator = deterministic_fit_generator(random_state)
+        generator = prediction_generator(self, random_state)
         n, m = post.cond.Z.shape
         dtype, device = Xt.dtype, Xt.device
         # per draw: the float64 normals and their casts over the n + m (n + m + |u| with
@@ -644,8 +649,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
             W = post.coef_draws(a0, eps)
         else:
             W = self._draws_with_u(n_samples, generator, dtype, device)
-        _, _, y_mean, y_scale = self._units
-        return y_mean + y_scale * to_numpy(Xt @ W.T)
+        return self.y_mean_ + self.y_scale_ * to_numpy(Xt @ W.T)
 
     def _draws_with_u(self, n_samples, generator, dtype, device):
         latent, post = self._latent, self._posterior

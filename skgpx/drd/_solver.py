@@ -15,7 +15,7 @@ import torch
 
 from ..linalg import NotPositiveDefiniteError
 from ._bases import DenseAxis, FourierAxis, GridFactor, kept_frequency_count, kron_vectors
-from ._core import (
+from ._model import (
     Conditional,
     FrozenLaplaceLogdet,
     fisher_curvature,

@@ -5,36 +5,18 @@ import numbers
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
-from skorch import NeuralNet
-from skorch.callbacks import LRScheduler
 
 from .._base import (
     Interval, ProbabilisticClassifierMixin, StrOptions, TorchEstimatorMixin, array_bytes,
     check_draw_memory, check_magnitude, check_memory, check_n_samples,
-    column_standardisation, cpu_generator, draw_seed, encode_classes, fenced_global_rng,
-    standard_normal, to_numpy, to_probabilities,
+    column_standardisation, cpu_generator, encode_classes, fenced_global_rng, fit_seeds,
+    prediction_generator, standard_normal, to_numpy, to_probabilities,
 )
-from .._skorch import EpochBar, TensorBatches
 from ._model import KEPTransformer, tokenizer_geometry
+from ._net import build_net
 
 __all__ = ["KEPSVGPClassifier"]
-
-
-class _KEPNet(NeuralNet):
-    """``loss = CE + kl_weight * KL / n_train + eta * L_KSVD`` (spec Sec. 2.1)."""
-
-    def get_loss(self, y_pred, y_true, X=None, training=False):
-        logits, kl, ksvd = y_pred
-        loss = torch.nn.functional.cross_entropy(logits, y_true)
-        loss = loss + self.kl_weight_ * kl / self.n_train_ + self.eta_ * ksvd
-        if not bool(torch.isfinite(loss)):
-            raise RuntimeError(
-                f"The KEP-SVGP loss became non-finite in epoch {len(self.history)}; use a "
-                "smaller lr or eta."
-            )
-        return loss
 
 
 def _attention_bytes(batch, n_tokens, *, n_heads, d_model, depth, softmax_layers, dropout,
@@ -125,7 +107,8 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
     history_ : skorch.callbacks.History
     objective_history_ : list of float
     n_iter_ : int
-    mc_seed_ : int
+    X_mean_, X_scale_ : ndarray of shape (n_features,)
+        Column means and scales of the training inputs (inputs are standardised with them).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
     device_ : str
@@ -179,7 +162,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         "verbose": ["verbose"],
     }
 
-    def __init__(self, tokenizer="features", image_shape=None, patch_size=2, token_dim=1,
+    def __init__(self, *, tokenizer="features", image_shape=None, patch_size=2, token_dim=1,
                  d_model=32, n_heads=4, depth=2, mlp_ratio=2.0, dropout=0.0, pooling="mean",
                  kep_layers=1, rank=5, merge="auto", concat_rank=None, projection="data",
                  rank_multi=10, whiten=True, eta=0.1, kl_weight=1.0, n_mc_samples=10,
@@ -293,66 +276,47 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
             "concat" if self.tokenizer == "patches" else "add")
         total_tokens = n_tokens + (self.pooling == "cls")
         self._check_memory("fit", X.shape[0], total_tokens, merge, device, dtype, training=True)
-        rng = check_random_state(self.random_state)
-        train_seed, self.mc_seed_ = draw_seed(rng), draw_seed(rng)
-        self.classes_ = classes
-        self._X_mean, self._X_scale = self._scaling(X)
-        self.n_tokens_ = total_tokens
-        self.rank_ = min(self.rank, self.n_tokens_, self.d_model // self.n_heads)
-        Xt = self._as_tensor((X - self._X_mean) / self._X_scale, device, dtype)
+        seeds = fit_seeds(self.random_state, ("train", "prediction"))
+        train_seed = seeds["train"]
+        X_mean, X_scale = self._scaling(X)
+        rank = min(self.rank, total_tokens, self.d_model // self.n_heads)
+        Xt = self._as_tensor((X - X_mean) / X_scale, device, dtype)
         yt = torch.tensor(codes, device=device)
-        batch_size = min(self.batch_size, X.shape[0])
-        steps = self.max_iter * -(-X.shape[0] // batch_size)
-        schedule = []
-        if steps > 1:  # one step has no cycle: it runs at lr
-            # warm up over 5% of the steps but at least 1.5 of them: OneCycleLR divides by
-            # pct_start * steps - 1, which must not be 0
-            schedule = [("lr_schedule", LRScheduler(
-                policy=torch.optim.lr_scheduler.OneCycleLR, max_lr=self.lr, total_steps=steps,
-                pct_start=max(0.05, 1.5 / steps), step_every="batch"))]
         with fenced_global_rng(train_seed, device):
             module = KEPTransformer(
-                n_features=X.shape[1], n_classes=len(self.classes_), tokenizer=self.tokenizer,
+                n_features=X.shape[1], n_classes=len(classes), tokenizer=self.tokenizer,
                 details=details, n_tokens=n_tokens, d_model=self.d_model, n_heads=self.n_heads,
                 depth=self.depth, mlp_ratio=self.mlp_ratio, dropout=self.dropout,
-                pooling=self.pooling, kep_layers=self.kep_layers, rank=self.rank_, merge=merge,
+                pooling=self.pooling, kep_layers=self.kep_layers, rank=rank, merge=merge,
                 concat_rank=self.concat_rank, projection=self.projection,
                 rank_multiplier=self.rank_multi, whiten=self.whiten,
                 generator=cpu_generator(train_seed),
             ).to(device=device, dtype=dtype)
-            net = _KEPNet(
-                module, torch.nn.CrossEntropyLoss, optimizer=torch.optim.Adam, lr=self.lr,
-                optimizer__weight_decay=self.weight_decay, max_epochs=self.max_iter,
-                batch_size=batch_size, iterator_train=TensorBatches,
-                iterator_train__shuffle=True,
-                iterator_train__generator=cpu_generator(train_seed + 1),
-                iterator_valid=TensorBatches, train_split=None, device=device,
-                callbacks=schedule + [
-                    ("epoch_bar", EpochBar(self.verbose, self.max_iter, "KEP-SVGP epochs")),
-                ],
-                verbose=1 if self.verbose >= 2 else 0,
-            )
-            net.n_train_, net.kl_weight_, net.eta_ = X.shape[0], self.kl_weight, self.eta
+            net = build_net(module, n_rows=X.shape[0], params=self.get_params(),
+                            seed=train_seed + 1, device=device)  # shuffling
             net.fit(Xt, yt)
         module.eval()
+        # fitted attributes only once training has succeeded
+        self.classes_, self.n_tokens_, self.rank_ = classes, total_tokens, rank
+        self.X_mean_, self.X_scale_ = X_mean, X_scale
         self.net_, self.module_ = net, module
         self.history_ = net.history
         self.objective_history_ = [float(row["train_loss"]) for row in net.history]
         self.n_iter_ = len(net.history)
         self.device_, self.dtype_ = device, self.dtype
+        self._prediction_seed = seeds["prediction"]
         return self
 
     # ------------------------------------------------------------------ prediction
 
-    def _draws(self, n_samples, seed):
+    def _draws(self, n_samples, generator):
         """Standard normal draws per KEP layer, (n_samples, h, s, s), from a CPU generator."""
-        generator = cpu_generator(seed)
         device, dtype = self._current_device_dtype()
         return [standard_normal((n_samples,) + layer.variational_mean.shape, generator, dtype,
                                 device)
                 for layer in self.module_.kep_attention]
 
-    def _logits_samples(self, X, n_samples, seed):
+    def _logits_samples(self, X, n_samples, generator):
         """Logits of every posterior draw, (n_samples, n, K); one evaluation when there is
         no KEP layer (every draw is the same network)."""
         X = validate_data(self, X, reset=False, dtype=np.float64)
@@ -370,8 +334,8 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
             way_out="ask for fewer draws (n_samples) per call, or call it on chunks of X",
             device=device,
         )
-        Xt = self._as_tensor((X - self._X_mean) / self._X_scale, device, dtype)
-        draws = self._draws(n_samples, seed)
+        Xt = self._as_tensor((X - self.X_mean_) / self.X_scale_, device, dtype)
+        draws = self._draws(n_samples, generator)
         distinct = n_samples if draws else 1
         out = []
         with torch.no_grad():
@@ -393,7 +357,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         n_samples : int or None, default=None
             None: the ``n_mc_samples`` draws of :meth:`predict_proba`.
         random_state : int, RandomState instance or None, default=None
-            None: the fitted ``mc_seed_``.
+            None: the fit's own prediction seed (repeated calls agree).
 
         Returns
         -------
@@ -410,8 +374,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
         """
         check_is_fitted(self)
         n = check_n_samples(self.n_mc_samples if n_samples is None else n_samples)
-        seed = self.mc_seed_ if random_state is None else draw_seed(random_state)
-        logits = self._logits_samples(X, n, seed)
+        logits = self._logits_samples(X, n, prediction_generator(self, random_state))
         return to_numpy(torch.softmax(logits, dim=-1).permute(1, 2, 0))
 
     def predict_proba(self, X):
@@ -433,7 +396,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
             ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         """
         check_is_fitted(self)
-        logits = self._logits_samples(X, self.n_mc_samples, self.mc_seed_)
+        logits = self._logits_samples(X, self.n_mc_samples, prediction_generator(self, None))
         if self.mc_aggregation == "logits":
             proba = torch.softmax(logits.mean(0), dim=-1)
         else:
@@ -442,7 +405,8 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Posterior draws of the class-probability vector (draws last, as sklearn's
-        ``GaussianProcessRegressor.sample_y``); ``random_state=None`` uses ``mc_seed_``.
+        ``GaussianProcessRegressor.sample_y``); ``random_state=None``
+        uses the fit's own prediction seed.
 
         Returns
         -------

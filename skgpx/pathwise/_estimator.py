@@ -18,8 +18,8 @@ from .._base import (
     check_memory,
     check_n_samples,
     column_standardisation,
-    cpu_generator,
     draw_seed,
+    prediction_generator,
     rows_per_chunk,
     safe_scale,
     to_numpy,
@@ -28,7 +28,7 @@ from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collec
 from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
 from . import _sparse
-from ._exact import (
+from ._model import (
     CGSolver,
     clip_negative_variance,
     lml_from_factor,
@@ -37,8 +37,8 @@ from ._exact import (
     predictive_mean_var,
 )
 from ._functions import sklearn_layout
-from ._optimize import optimize_exact, optimize_sparse
-from ._sampling import Posterior, draw_exact, draw_functions
+from ._solver import optimize_exact, optimize_sparse
+from ._predict import Posterior, draw_exact, draw_functions
 from ._sparse import (
     Rows,
     check_sparse_noise,
@@ -210,7 +210,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         targets (sparse mode).
     cg_n_iter_ : int
         CG iterations of the solve ``K_A^{-1} y`` in ``fit`` (CG solver only).
-    y_train_mean_, y_train_std_ : ndarray of shape (n_targets,)
+    y_mean_, y_scale_ : ndarray of shape (n_targets,)
         Target normalisation (0 and 1 without ``normalize_y``).
     jitter_ : float
         Jitter added to factorise the training kernel matrix (0.0 when none).
@@ -451,7 +451,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = np.copy(y) if self.copy_X_train else y
-        self.y_train_mean_, self.y_train_std_ = y_mean, y_std
+        self.y_mean_, self.y_scale_ = y_mean, y_std
         noise_var = alpha_t + white
         self.noise_variance_ = to_numpy(noise_var)
         self.log_marginal_likelihood_value_ = np.float64(lml)
@@ -468,9 +468,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self._torch_kernel, self._theta = torch_kernel, theta_t
         self._X, self._Y, self._L, self._noise_var = X_t, Y_t, L, noise_var
         self._a, self._cg, self._sparse = a, solver, factors
-        self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
+        self._y_mean, self._y_scale = tensor(y_mean), tensor(y_std)
         self._shift = None if structured else X_t.mean(0)  # the random features' centre
-        self._sample_seed = draw_seed(rng)
+        self._prediction_seed = draw_seed(rng)
         return self
 
     def _fit_sparse(self, kernel, rows, Z, alpha_min, fitting, rng, history):
@@ -546,7 +546,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
         self.X_train_ = X  # lazy: the Dask collection, never gathered here
         self.y_train_ = Y[:, 0] if y_was_1d else Y
-        self.y_train_mean_, self.y_train_std_ = y_mean, y_std
+        self.y_mean_, self.y_scale_ = y_mean, y_std
         self.noise_variance_ = np.asarray(float(self.alpha) + white)
         self.log_marginal_likelihood_value_ = np.float64(lml)
         self.jitter_ = float(factors.jitter)
@@ -560,9 +560,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self._X = self._Y = self._L = self._a = self._cg = None
         self._noise_var = tensor(self.noise_variance_)
         self._sparse = factors
-        self._y_mean, self._y_std = tensor(y_mean), tensor(y_std)
+        self._y_mean, self._y_scale = tensor(y_mean), tensor(y_std)
         self._shift = tensor(x_mean)
-        self._sample_seed = draw_seed(rng)
+        self._prediction_seed = draw_seed(rng)
         return self
 
     def _check_options(self, kernel, n_features_in):
@@ -692,7 +692,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 kernel=self._torch_kernel, signal_kernel=self.signal_kernel_,
                 theta=self._theta, X=self._X, Y=self._Y, L=self._L, cg=self._cg,
                 inducing=self._sparse, noise_var=self._noise_var, shift=self._shift,
-                y_mean=self._y_mean, y_std=self._y_std, n_targets=len(self.y_train_mean_),
+                y_mean=self._y_mean, y_std=self._y_scale, n_targets=len(self.y_mean_),
                 squeeze=self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1,
                 n_features_in=getattr(self, "n_features_in_", 1),
             )
@@ -814,11 +814,6 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
     # -------------------------------------------------------------- draws
 
-    def _seed(self, random_state):
-        if random_state is None:
-            return getattr(self, "_sample_seed", 0)
-        return draw_seed(random_state)
-
     def _draw_options(self):
         return dict(n_features=self.n_features, feature_map=self.feature_map,
                     shared_basis=self.shared_basis, method=self.method,
@@ -855,7 +850,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         """
         post, Xq, fitted = self._query(X)
         n_samples = check_n_samples(n_samples, minimum=0)
-        generator = cpu_generator(self._seed(random_state))
+        generator = prediction_generator(self, random_state)
         n_train = post.centers.shape[0] if fitted else 0
         structured = isinstance(Xq, ObjectRows)
         if structured and self.prior == "rff":
@@ -912,7 +907,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         post = self._posterior(self.n_features_in_)
         self._check_draw_memory(post, n_samples, post.centers.shape[0], 0, False,
                                 "PathwiseGPSampler.sample_functions")
-        generator = cpu_generator(self._seed(random_state))
+        generator = prediction_generator(self, random_state)
         with torch.no_grad():
             return draw_functions(post, n_samples, generator, **self._draw_options())
 

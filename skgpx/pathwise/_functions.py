@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from sklearn.utils import check_array
 
-from .._base import rows_per_chunk, state_to_device, to_numpy
+from .._base import loadable_device, rows_per_chunk, state_to_device, to_numpy
 from ._features import Buffers
 from ._sparse import stationary_cross
 
@@ -91,9 +91,7 @@ class PathwiseFunctions:
         return state
 
     def __setstate__(self, state):
-        device = state.pop("_device", "cpu")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            device = "cpu"
+        device = loadable_device(state.pop("_device", "cpu"), type(self).__name__)
         self.__dict__.update(state)
         self.to(device)
 
@@ -222,7 +220,7 @@ class PathwiseFunctions:
         """
         if torch.is_grad_enabled() and X.requires_grad:
             step = self._rows_per_chunk()
-            # one preallocated output (see _sampling._prior_at: per-chunk lists fragment
+            # one preallocated output (see _predict._prior_at: per-chunk lists fragment
             # the heap)
             latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
             for i in range(0, X.shape[0], step):

@@ -10,7 +10,7 @@ from ._distribution import (
     univariate_variance_factor,
     variance_factor,
 )
-from ._estimator import DeepQEPRegressor
+from ._regressor import DeepQEPRegressor
 
 __all__ = [
     "DeepQEPClassifier",

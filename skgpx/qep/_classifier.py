@@ -9,7 +9,7 @@ from .._base import (
     Interval, ProbabilisticClassifierMixin, StrOptions, encode_classes, to_numpy,
     to_probabilities,
 )
-from ._base_estimator import COMMON_PARAMETERS, DeepQEPBase
+from ._estimator import COMMON_PARAMETERS, DeepQEPBase
 from ._likelihoods import DirichletLikelihood, SoftmaxLikelihood
 from ._predict import shared_draws
 
@@ -100,6 +100,7 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
 
     def __init__(
         self,
+        *,
         q=1.0,
         hidden_dims=(3,),
         n_inducing=64,
@@ -176,15 +177,17 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
         self._validate_params()
         self._check_hidden_dims()
         X, y = self._validate_fit_data(X, y)
-        self.classes_, codes = encode_classes(self, y)
-        n_classes = len(self.classes_)
+        classes, codes = encode_classes(self, y)
+        n_classes = len(classes)
 
         def likelihood(module, dtype):
             if self.likelihood == "dirichlet":
                 return DirichletLikelihood(n_classes, self.q, self.alpha_epsilon, dtype=dtype)
             return SoftmaxLikelihood(self.q, module.draw_scale, self.n_likelihood_samples)
 
-        return self._fit_network(X, codes, n_classes, likelihood, True)
+        self._fit_network(X, codes, n_classes, likelihood, True)
+        self.classes_ = classes  # set once training has succeeded
+        return self
 
     def predict_proba(self, X):
         """Class probabilities ``mean_{s,k} softmax(mu_s + sqrt(v_s) eps_k)``.

@@ -13,7 +13,7 @@ import torch
 from scipy.stats import multivariate_normal
 
 from skgpx.drd._bases import DenseAxis, FourierAxis, GridFactor, se_correlation
-from skgpx.drd._core import (
+from skgpx.drd._model import (
     Conditional,
     FrozenLaplaceLogdet,
     fisher_curvature,

@@ -139,6 +139,20 @@ def test_pickled_functions_give_identical_values(config):
     np.testing.assert_array_equal(g.evaluate_batched(Xb), f.evaluate_batched(Xb))
 
 
+def test_functions_saved_on_cuda_load_on_cpu_with_the_estimators_warning(monkeypatch):
+    # the functions object and the estimators share one loading rule (skgpx._base)
+    Xq = query_points()
+    f = _fitted("shared").sample_functions(3, random_state=4)
+    state = f.__getstate__()
+    state["_device"] = "cuda:0"  # as pickled from a GPU fit
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    g = PathwiseFunctions.__new__(PathwiseFunctions)
+    with pytest.warns(UserWarning, match="fitted on 'cuda:0' but CUDA is not available"):
+        g.__setstate__(state)
+    assert g.device.type == "cpu"
+    np.testing.assert_array_equal(g(Xq), f(Xq))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_draws_agree_across_devices(config, device):

@@ -193,8 +193,8 @@ def test_multi_output_normalized_q_u_per_column_and_elbo_summed():
     est = _sparse("matern52", normalize_y=True).fit(X, Y)
     assert est.q_mu_.shape == (10, 3) and est.q_sqrt_.shape == (10, 10)
     _check_jitter(est, k)
-    np.testing.assert_allclose(est.y_train_mean_, y_mean, rtol=1e-14)
-    np.testing.assert_allclose(est.y_train_std_, y_std, rtol=1e-14)
+    np.testing.assert_allclose(est.y_mean_, y_mean, rtol=1e-14)
+    np.testing.assert_allclose(est.y_scale_, y_std, rtol=1e-14)
     for t in range(3):
         _assert_close(est.q_mu_[:, t], mu[:, t], RTOL, f"q_mu_[:, {t}]")
     _assert_close(est.q_sqrt_ @ est.q_sqrt_.T, S_u, RTOL, "q_sqrt_ q_sqrt_^T")

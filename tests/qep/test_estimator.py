@@ -24,7 +24,7 @@ from sklearn.model_selection import train_test_split
 from skgpx.kernels import unit_stationary_kernel
 from skgpx.linalg import NotPositiveDefiniteError
 from skgpx.qep import DeepQEPClassifier, DeepQEPRegressor, univariate_variance_factor
-from skgpx.qep._base_estimator import DeepQEPBase
+from skgpx.qep._estimator import DeepQEPBase
 
 K = 4.0  # Monte-Carlo tolerance multiplier (see module docstring)
 
@@ -119,7 +119,7 @@ def test_multi_output_shapes_and_layout():
     mean, std = model.predict(X_TEST, return_std=True)
     assert mean.shape == std.shape == (len(X_TEST), 2)
     assert model.sample_y(X_TEST, 4).shape == (len(X_TEST), 2, 4)
-    assert model.noise_.shape == (2,) and model.n_outputs_ == 2
+    assert model.noise_variance_.shape == (2,) and model.n_outputs_ == 2
     # each column is fitted to its own target.  Training R^2 measured 0.56 / 0.79 (seed 0; 40
     # epochs of QEP_FAST under-fit this toy: 0.32-0.56 / 0.75-0.92 over seeds 0-3), while a
     # swapped or interleaved output layout scores -7e3 / -7 (the columns differ in scale by 50x)
@@ -134,7 +134,7 @@ def test_column_vector_target_equals_1d_target():
         mean, std = model.predict(X_TEST, return_std=True)
         assert mean.shape == std.shape == (len(X_TEST),)
         assert model.sample_y(X_TEST, 3).shape == (len(X_TEST), 3)
-        assert model.noise_.shape == (1,)
+        assert model.noise_variance_.shape == (1,)
     for a, b in zip(flat.predict(X_TEST, return_std=True), column.predict(X_TEST, return_std=True)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(flat.sample_y(X_TEST, 3), column.sample_y(X_TEST, 3))
@@ -217,7 +217,7 @@ def test_sample_y_matches_analytic_predictive_moments_q2_shallow():
     pred_mean, pred_std = model.predict(rows, return_std=True)
     latent_var = np.stack([np.diag(c) for c in cov], axis=1)
     np.testing.assert_allclose(pred_mean, mean.T, rtol=1e-8)
-    np.testing.assert_allclose(pred_std, np.sqrt(latent_var + model.noise_), rtol=1e-8)
+    np.testing.assert_allclose(pred_std, np.sqrt(latent_var + model.noise_variance_), rtol=1e-8)
 
 
 # ----------------------------------------------------------------------------- 6. total variance
@@ -239,7 +239,7 @@ def test_return_std_is_law_of_total_variance(bound):
     np.testing.assert_allclose(std, expected, rtol=1e-10)
     np.testing.assert_allclose(mean, mu.mean(axis=0) * model.y_scale_[0] + model.y_mean_[0],
                                rtol=1e-10)
-    np.testing.assert_allclose(model.noise_, c_q * sigma2 * model.y_scale_**2, rtol=1e-12)
+    np.testing.assert_allclose(model.noise_variance_, c_q * sigma2 * model.y_scale_**2, rtol=1e-12)
     # the paths differ, so dropping the between-path term (the authors' "PSD") would be caught
     assert np.max(between / within) > 1e-3
 

@@ -1,7 +1,7 @@
 """What prediction needs from a fitted sDRD model, and the draws of Sec. 5.
 
 A :class:`FittedPosterior` holds, in internal units, the trimmed scale ``sqrt(g(u*))``, the
-:class:`~skgpx.drd._core.Conditional` of the whitened coefficients ``a`` and the fitted
+:class:`~skgpx.drd._model.Conditional` of the whitened coefficients ``a`` and the fitted
 smoothness factor ``G``; :class:`LatentLaplace` holds the Laplace posterior of ``u`` in
 whitened coordinates, ``v ~ N(v*, H_v^-1)`` with ``H_v = I + Phi_A^T W Phi_A``, and the
 fitted u-basis.  Both keep the factors built in ``fit``, so prediction factorises nothing.
@@ -13,7 +13,7 @@ import torch
 
 from ..linalg import solve_lower
 from ._bases import GridFactor
-from ._core import Conditional, link
+from ._model import Conditional, link
 
 
 @dataclass

@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._base import cpu_generator, draw_seed, progress_bar
 from ..linalg import positive_tril, solve_lower
-from ._exact import log_marginal_likelihood
+from ._model import log_marginal_likelihood
 from ._sparse import elbo_value_and_grad, inducing_cholesky, noise_of
 
 
