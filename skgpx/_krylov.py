@@ -4,7 +4,7 @@
 block of rows ``k(X_c, X)`` at a time.  :func:`block_cg` solves ``K_A V = R`` for all
 columns of ``R`` at once (one operator product per iteration for the whole block), with
 a Jacobi or a pivoted-Cholesky (Woodbury) preconditioner.  Used by the pathwise sampler
-above its Cholesky size limit (``solver="auto"``, ``n > cholesky_max_n``; spec section 2.8).
+above its Cholesky size limit (``solver="auto"``, ``n > cholesky_max_n``).
 """
 
 import math

@@ -148,7 +148,7 @@ def matheron_update(factor, targets, prior_at_data, noise):
     """Weights of Matheron's rule: ``v = (K + Sigma)^{-1} (y - f(X) - eps)``.
 
     A prior draw ``f`` (with noise draw ``eps ~ N(0, Sigma)``) becomes a posterior draw
-    ``f(.) + k(., X) v`` (Wilson et al., 2020, seed ``003_43e369e2eb54eb53.txt`` eq. 5, 8);
+    ``f(.) + k(., X) v`` (Matheron's rule: Wilson et al., ICML 2020, Eqs. 5 and 8);
     with ``f = Z a0`` for weights ``a0 ~ N(0, I)`` the update is ``a0 + Z^T v``.
 
     Parameters

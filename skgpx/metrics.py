@@ -1,7 +1,7 @@
 """Calibration and failure-prediction metrics for any classifier's ``predict_proba``.
 
-The definitions follow the code behind the KEP-SVGP paper's tables (seed
-``003_43e369e2eb54eb53.txt``; spec ``kep_svgp.md`` Sec. 5).  With probabilities
+The definitions follow the code behind the tables of the KEP-SVGP paper (Chen, Tao, Tonin
+and Suykens, ICML 2024; the authors' ``utils/metrics.py``).  With probabilities
 ``p_ik``, the confidence is ``c_i = max_k p_ik``, the prediction ``argmax_k p_ik`` and
 the correctness ``z_i = 1[prediction_i = y_i]``.
 

@@ -68,7 +68,7 @@ def test_build_without_gallery(html):
     # the fixture asserted a clean build; the landing page links every part of the site
     index = (html / "index.html").read_text(encoding="utf-8")
     for page in ("guide/index.html", "large_data.html", "scaling_out.html",
-                 "auto_examples/index.html", "api.html"):
+                 "auto_examples/index.html", "api.html", "adding_a_family.html"):
         assert f'href="{page}' in index, page
     assert "The first estimator" not in index
 

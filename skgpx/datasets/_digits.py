@@ -5,7 +5,7 @@ import numbers
 import numpy as np
 from sklearn.utils import check_random_state
 
-# Severity 1..5 of each corruption, on images scaled to [0, 1] (spec kep_svgp.md Sec. 7.2).
+# Severity 1..5 of each corruption, on images scaled to [0, 1] (a stand-in for CIFAR-10-C).
 DIGIT_CORRUPTIONS = {
     "gaussian_noise": (0.04, 0.08, 0.12, 0.18, 0.26),  # noise standard deviation
     "salt_and_pepper": (0.02, 0.05, 0.10, 0.15, 0.25),  # fraction of pixels set to 0 or 1

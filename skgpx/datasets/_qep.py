@@ -127,7 +127,7 @@ def rhombus_labels(X, shape="script", u=0.857396):
         Which label rule to use (see above and ``make_annular_rhombus``).
     u : float, default=0.857396
         The frequency factor ``u`` (one value for the whole data set); the default is the value
-        ``torch.rand(1)`` gives in the authors' script (seed 2019).
+        ``torch.rand(1)`` gives in the authors' script (``torch.manual_seed(2019)``).
 
     Returns
     -------
@@ -194,7 +194,7 @@ def make_annular_rhombus(n_samples=500, shape="script", u=0.857396, random_state
     where [x] rounds x to the nearest integer", N = 500. The test set is the 50 x 50 grid of
     [-3, 3]^2: label it with ``rhombus_labels``.
 
-    The printed formula and the authors' script differ (spec ``deep_qep.md`` Sec. 1.5, caveat 5):
+    The printed formula and the authors' script differ:
     the script computes ``torch.round(cos(0.4 * u * pi * |x| + |y|) + 1)``, so by operator
     precedence only ``|x1|`` is scaled by ``0.4 u pi``, and it draws **one** ``u = torch.rand(1)``
     for the whole data set after the inputs with ``torch.manual_seed(2019)``, which gives

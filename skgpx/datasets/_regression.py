@@ -111,7 +111,7 @@ def make_matern_2d(n_samples=1000, length_scale=0.5, noise_variance=1e-2, random
 
 
 def make_dkp_toy(n_samples=60, noise_variance=1e-2, random_state=None):
-    """The three-feature toy of the deep-kernel-process tests (spec ``dkp.md`` Sec. 14).
+    """The three-feature toy of the deep-kernel-process tests.
 
     ``X ~ N(0, I_3)`` and ``y = sin(2 x1) + 0.5 x2^2 - 0.3 x3 + e`` with
     ``e ~ N(0, noise_variance)`` (the default is a noise standard deviation of 0.1).

@@ -1,7 +1,7 @@
 """Linear-regression problems with structured coefficients: the sDRD simulations.
 
-The kinds and the protocol follow spec ``smooth_drd.md`` Sec. 9 (the reference code's
-``test_1D.m`` for ``"reference"``).  ``X`` has i.i.d. standard normal entries and
+``"reference"`` follows ``test_1D.m`` of the authors' MATLAB code (Wu et al., NIPS 2014);
+the other kinds are small benchmarks of our own.  ``X`` has i.i.d. standard normal entries and
 ``y = X w + e`` with Gaussian noise; a test set is drawn from the same law.
 """
 
@@ -82,7 +82,7 @@ def make_smooth_sparse_regression(kind="bumps", *, n_samples=None, n_test=None, 
     The true coefficients ``w`` are sparse and smooth (``"bumps"``, ``"bumps2d"``,
     ``"reference"``) or smooth and dense (``"dense"``); ``X`` has i.i.d. ``N(0, 1)`` entries and
     ``y = X w + noise * e`` with ``e ~ N(0, I)``.  These are the simulations of the smooth
-    dependent relevance determination benchmarks (spec ``smooth_drd.md`` Sec. 9):
+    dependent relevance determination benchmarks:
 
     =============  ===========================================================================
     ``bumps``      p = 200: three Gaussian bumps (centre, amplitude, sd) = (40, 1.0, 5),

@@ -89,7 +89,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     Parameters
     ----------
     n_layers : int, default=2
-        Number of learned ``P x P`` hidden Gram layers (the seed's ``L - 1``); 0 gives a
+        Number of learned ``P x P`` hidden Gram layers (``L - 1`` in [1]_); 0 gives a
         shallow GP on the input Gram matrix.
     kernel : {'sqexp', 'arccos0', 'arccos1'}, default='sqexp'
         Kernel applied to Gram matrices: squared exponential with unit length scale
@@ -102,7 +102,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Joint steps of ``Omega`` with the hidden Gram matrices at the end of each sweep
         (``objective='dkp'`` with ``input_scale``): the Grams keep their values
         relative to their prior scales while ``Omega`` takes a Riemannian gradient
-        ascent step.  The seed's block update alone leaves ``Omega`` at about ``I``
+        ascent step.  The block update of [1]_ alone leaves ``Omega`` at about ``I``
         (the layer above pins it); 0 gives that block update only (about three
         times faster: a joint step differentiates through the whole chain of
         layers).  No step is taken with the arc-cosine kernels, whose autograd
@@ -120,12 +120,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         0.002 nats of the best (1000) on diabetes, while 20 lost 0.8 nats per point on
         make_friedman1 and 2-10 lost more on both.
     objective : {'dkp', 'dgp', 'gp'}, default='dkp'
-        ``'dkp'``: the Wishart mean objective (seed Eqs. 10-11); ``'dgp'``: the same
-        without the ``log|G|`` terms (seed Eq. 38, unbounded above, so ``max_iter`` is
+        ``'dkp'``: the Wishart mean objective ([1]_, Eqs. 10-11); ``'dgp'``: the same
+        without the ``log|G|`` terms (Eq. 38 of [1]_, unbounded above, so ``max_iter`` is
         part of its definition); ``'gp'``: deterministic layers ``G_l = S_{l-1}``, only
         the kernel weights are learned (the "GP kernel hyper" baseline).
     max_iter : int, default=10
-        Solver sweeps (the seed's Table 1 uses 10).
+        Solver sweeps (Table 1 of [1]_ uses 10).
     tol : float or None, default=None
         None runs exactly ``max_iter`` sweeps.  A float stops when the objective
         changes by at most ``tol * (|L| + 1)`` in a sweep and warns
@@ -133,14 +133,14 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         ``'dgp'``, whose objective has no maximum.
     mirror_reg : float, default=5.0
         Weight ``lambda_m`` of the mirror-descent proximity term of each layer update
-        (seed App. F); it damps the update without moving the fixed point.
+        ([1]_, App. F); it damps the update without moving the fixed point.
     kleinman_reg : float, default=1.0
-        Damping of the Kleinman-Newton fallback (the seed's ``lambda_K``, App. G).  The
+        Damping of the Kleinman-Newton fallback (``lambda_K`` of [1]_, App. G).  The
         Lyapunov shift is ``max(kleinman_reg * min(1, rho) * c, alpha - min(s) + 1e-3 c)``
         with ``s`` the eigenvalues of ``G U``, ``c = |alpha| + max|s|`` and ``rho`` the
         relative residual: it is relative to the spectral scale and vanishes near the
         solution, so the iteration ends as exact Newton (quadratic convergence), where
-        the seed's fixed shift converges linearly.
+        the fixed shift of [1]_ converges linearly.
     care_solver : {'auto', 'closed_form', 'kleinman'}, default='auto'
         Riccati solver: the closed form (``'auto'`` falls back to Kleinman-Newton when
         it fails), or Kleinman-Newton only.
@@ -241,12 +241,13 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         U = S_{l-1}^{-1} + r(D + \\lambda_m \\tilde G^{-1}),\\quad
         Q = r(\\tilde G T \\tilde G + \\lambda_m \\tilde G)
 
-    (seed Eq. 123).  Deviations from the seed, each checked numerically: the spurious
+    ([1]_, Eq. 123).  Deviations from [1]_, each checked numerically: the spurious
     ``nu/2`` inside Eqs. 10-11 is dropped; ``Diag(N K^-1)`` replaces ``Diag(K^-1 N)``
     (Eqs. 25, 31); the natural-gradient weight step uses ``F^-1 g`` in log space with
     an acceptance check (App. K prints ``-F g``); the Riccati equation is solved in
     closed form (``A = alpha I`` commutes), Kleinman-Newton being the fallback;
-    ``Omega`` gets mirror terms by analogy with the hidden layers.  When a layer's
+    ``Omega`` gets mirror terms by analogy with the hidden layers (the design notes in
+    the documentation give the reasons).  When a layer's
     Riccati equation has no positive-definite solution (the linearised curvature term
     ``Q`` too indefinite: with ``U`` positive definite the closed form proves it), the
     mirror weight of that update is raised fourfold, up to eight times: a shorter step
@@ -258,7 +259,11 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     References
     ----------
     .. [1] L. Aitchison, "A fast point solver for deep nonlinear function
-       approximators", arXiv:2108.13097 (seed ``002_f47be4c76bb178f5.txt``).
+       approximators", arXiv:2108.13097 (v1/v2, 2021).  Equation, section, appendix and
+       table numbers cited here are those of this version.
+    .. [2] A. X. Yang, M. Robeyns, E. Milsom, B. Anson, N. Schoots and L. Aitchison, "A
+       theory of representation learning gives a deep generalisation of kernel methods",
+       ICML 2023 (the later version of [1]_: deep kernel machines).
 
     Examples
     --------

@@ -1,9 +1,9 @@
-"""Kernels that act on Gram matrices, and their first-order derivatives (seed App. C, I).
+"""Kernels on Gram matrices and their first derivatives (Aitchison, arXiv:2108.13097, App. C, I).
 
 A Gram kernel maps a positive semi-definite Gram matrix ``G`` to a kernel matrix whose
 entry ``K_ij`` depends on ``G_ii``, ``G_ij`` and ``G_jj`` only.  Its linearisation,
 for a symmetric perturbation ``dG``, is written with two matrices ``M`` and ``N``
-(seed Eqs. 21-23)::
+(Eqs. 21-23 of Aitchison)::
 
     dK = dG o M + Diag(dG) N + N^T Diag(dG),      Diag(A) = I o A,
 
@@ -40,7 +40,7 @@ def _tiny(dtype):
 
 
 def _arccos_parts(order, cosine):
-    """``J_n(C)`` and ``J_n'(C)`` of Cho and Saul's arc-cosine kernel (seed App. C.2)."""
+    """``J_n(C)`` and ``J_n'(C)`` of Cho and Saul's arc-cosine kernel (Aitchison, App. C.2)."""
     angle_term = math.pi - torch.arccos(cosine)
     if order == 0:
         return angle_term, None
@@ -103,7 +103,7 @@ def gram_kernel_derivatives(name, gram, derivatives=True):
     Notes
     -----
     ``sqexp``: ``M = K`` and ``N = -K/2`` (the diagonal rule holds since ``K_ii = 1``).
-    ``arccos<n>`` (seed Eqs. 100, 104)::
+    ``arccos<n>`` (Aitchison, arXiv:2108.13097, Eqs. 100, 104)::
 
         M_ij = s^(n-1) J_n'(C) / pi,
         N_ij = (n K_ij / 2 - s^n J_n'(C) C / (2 pi)) / G_ii,
@@ -142,11 +142,11 @@ def gram_kernel_derivatives(name, gram, derivatives=True):
 
 
 def contract_derivatives(m_matrix, n_matrix, weight):
-    """``M o A + 2 Diag(N A)`` for a symmetric ``A`` (seed Eqs. 25, 31, corrected).
+    """``M o A + 2 Diag(N A)`` for a symmetric ``A`` (Aitchison, Eqs. 25, 31, corrected).
 
     With ``A = K^-1`` this is ``D``, the gradient of ``log|K(G)|`` in ``G``; with
     ``A = K^-1 G' K^-1`` it is ``T``, minus the gradient of ``Tr(K(G)^-1 G')``.
-    The seed prints ``Diag(A N)``; ``Diag(N A)`` is the correct form whenever ``N``
+    The paper prints ``Diag(A N)``; ``Diag(N A)`` is the correct form whenever ``N``
     is not symmetric (arc-cosine kernels).  ``n_matrix=None`` stands for ``N = 0``.
     """
     out = m_matrix * weight

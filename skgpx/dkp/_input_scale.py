@@ -1,9 +1,10 @@
 """Joint steps of the input scale ``Omega`` with the hidden Gram matrices.
 
-The seed's block update of ``Omega`` (App. L, :func:`~skgpx.dkp._solver.update_input_scale`)
-holds ``G_2`` fixed.  With ``nu_2`` large, ``G_2`` pins ``S_1 = S_1(X Omega X^T / nu_0)``
-and so ``Omega`` itself: the block maximiser hardly moves although ``dL/dOmega`` is far
-from zero (spec ``dkp.md`` Sec. 8 measured ``diag Omega = 1.00 +- 0.03`` after 100 sweeps).
+The block update of ``Omega`` in Aitchison (arXiv:2108.13097, App. L;
+:func:`~skgpx.dkp._solver.update_input_scale`) holds ``G_2`` fixed.  With ``nu_2`` large,
+``G_2`` pins ``S_1 = S_1(X Omega X^T / nu_0)`` and so ``Omega`` itself: the block maximiser
+hardly moves although ``dL/dOmega`` is far from zero (we measured ``diag Omega = 1.00 +-
+0.03`` after 100 sweeps of block updates alone).
 
 Here ``Omega`` moves together with every hidden Gram matrix.  Each ``G_l`` is written
 relative to its prior scale, ``G_l = C_{l-1} A_l C_{l-1}^T`` with ``C_{l-1} C_{l-1}^T =

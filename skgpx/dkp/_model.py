@@ -1,6 +1,8 @@
-"""State, sum kernels and the mean objective of the deep Wishart process (seed Secs. 2-3).
+"""State, sum kernels and the mean objective of the deep Wishart process.
 
-Layers are numbered as in the seed: ``G_1 = X Omega X^T / nu_0`` is the input Gram
+The model and objective are those of Aitchison, arXiv:2108.13097, Secs. 2-3.
+
+Layers are numbered as in that paper: ``G_1 = X Omega X^T / nu_0`` is the input Gram
 matrix, ``G_2 .. G_L`` are the learned hidden Gram matrices, and node ``j`` is the sum
 kernel ``S_j`` built on ``G_j``.  For ``j < L`` it is the Wishart scale of ``G_{j+1}``,
 
@@ -199,7 +201,7 @@ def _assemble(config, state, j, weights, gram, kernel_matrix):
 
 
 def node_derivatives(config, state, j):
-    """``(M, N)`` of ``S_j`` with respect to ``G_j`` (seed Sec. 3.4), and ``K(G_j)``."""
+    """``(M, N)`` of ``S_j`` with respect to ``G_j`` (Aitchison, Sec. 3.4), and ``K(G_j)``."""
     weights = state.weights[j - 1]
     if config.kernel == "sqexp":  # M = K and N = -K/2: reuse the cached kernel
         kernel_matrix = kernel_of(config, state, j)
@@ -214,7 +216,7 @@ def node_derivatives(config, state, j):
 
 def forward_prior_means(config, state, start=1):
     """Set the hidden Gram matrices above layer ``start`` to their prior means
-    ``G_l = S_{l-1}`` (seed Alg. 1; the deterministic layers of ``'gp'``)."""
+    ``G_l = S_{l-1}`` (Aitchison, Alg. 1; the deterministic layers of ``'gp'``)."""
     for layer in range(start + 1, state.n_nodes + 1):
         state.hidden_grams[layer - 2] = node_matrix(config, state, layer - 1)
     return state
@@ -232,7 +234,7 @@ def gaussian_term(factor, root=None, gram=None, inverse=None):
 
 
 def dkp_objective(config, state, terms=False):
-    """The mean objective of seed Sec. 2.1 with the constants of the KL form.
+    """The mean objective of Aitchison (arXiv:2108.13097, Sec. 2.1), constants of the KL form.
 
     ::
 

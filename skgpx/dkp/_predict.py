@@ -1,7 +1,8 @@
-"""Predictive Gram matrices and the output Gaussian at test points (seed App. H).
+"""Predictive Gram matrices and the output Gaussian at test points.
 
-For the sum kernel ``S = S_{l-1}`` on training (i) and test (t) points, the expected
-test blocks of the next Gram matrix are (Eqs. 139-141)::
+As in Aitchison, arXiv:2108.13097, App. H and Alg. 2: for the sum kernel ``S = S_{l-1}``
+on training (i) and test (t) points, the expected test blocks of the next Gram matrix are
+(Eqs. 139-141)::
 
     G_ti = S_ti S_ii^-1 G_ii,
     G_tt = S_tt + S_ti S_ii^-1 (G_ii - S_ii) S_ii^-1 S_it.

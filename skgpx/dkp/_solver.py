@@ -1,7 +1,7 @@
 """One sweep of the point solver: natural-gradient weights, CARE layer updates, Omega.
 
-The sweep runs from the output down to the input (seed Alg. 1), so every update sees
-the freshest layer above it.  Each block update maximises the objective of
+The sweep runs from the output down to the input (Aitchison, arXiv:2108.13097, Alg. 1), so
+every update sees the freshest layer above it.  Each block update maximises the objective of
 :func:`~skgpx.dkp._model.dkp_objective` in its own block:
 
 * sum-kernel weights: Fisher scoring in log space with an acceptance check (App. K);
@@ -97,7 +97,7 @@ def _fisher_step(weights, learnable, products, next_times_inverse, nu):
 
     ``g_a = nu/2 Tr((Z G' Z - Z) D_a)`` and ``F_ab = nu/2 Tr(Z D_a Z D_b)`` for the
     directions ``D_a = dK/dw_a``, given ``products = [Z D_a]`` of the learnable ones;
-    the seed's ``dw = -F g`` misses the inverse.
+    the paper's ``dw = -F g`` misses the inverse.
     """
     index = [a for a, flag in enumerate(learnable) if flag]
     grad = torch.stack([
@@ -241,13 +241,13 @@ def _care(config, alpha, coefficients, initial, report):
 
 @dataclass(frozen=True)
 class Message:
-    """What a node sends down to the Gram matrix below it (seed App. J).
+    """What a node sends down to the Gram matrix below it (Aitchison, arXiv:2108.13097, App. J).
 
     ``K_next`` is the kernel built on the receiving Gram matrix ``G`` that is the
     Wishart scale (or the output covariance) of ``G_next``.  The message carries
     ``nu_next``, ``K_next^-1``, ``G_next`` (dense, or as a root ``R`` with
     ``G_next = R R^T``) and the derivatives ``(M, N)`` of ``K_next`` in ``G``.
-    Several messages reaching one Gram matrix (forks, seed App. J.3) add their ``r D``
+    Several messages reaching one Gram matrix (forks, App. J.3) add their ``r D``
     and ``r G~ T G~`` terms; the sweeps here build a chain: one message per layer.
     """
 
@@ -266,7 +266,7 @@ class Message:
 
 
 def update_hidden_gram(config, state, layer, messages, prev_inverse, report):
-    """Stabilised CARE update of ``G_layer`` (seed Eq. 123, Sec. 5 of the spec)::
+    """Stabilised CARE update of ``G_layer`` (Aitchison, arXiv:2108.13097, Eq. 123)::
 
         U = S_{l-1}^-1 + sum_msg r (D + lam G~^-1),   Q = sum_msg r (G~ T G~ + lam G~),
         0 = 2 alpha G - G U G + Q,                    r = nu_next / nu_l,
@@ -292,7 +292,7 @@ def update_hidden_gram(config, state, layer, messages, prev_inverse, report):
 
 
 def update_input_scale(config, state, messages, report):
-    """CARE update of ``Omega`` (seed App. L; Eq. 190 without its extra ``1/nu_0``)::
+    """CARE update of ``Omega`` (Aitchison, App. L; Eq. 190 without its extra ``1/nu_0``)::
 
         U = I + sum_msg [(r/nu_0) X^T D X + r lam Omega~^-1],
         Q = sum_msg [(r/nu_0) Omega~ X^T T X Omega~ + r lam Omega~],   r = nu_2 / nu_1.

@@ -13,9 +13,9 @@ everything here acts on one axis and a :class:`GridFactor` chains the axes:
   .. math:: c(\\omega) = \\sqrt{2\\pi}\\, l\\, e^{-\\omega^2 l^2 / 2},\\quad
             \\omega_k = 2\\pi k / M_a,
 
-  keeping only the frequencies ``k <= k_max`` (seed ``004_19f5cb558dea90cd.txt`` App. A, spec
-  ``smooth_drd.md`` Sec. 7.1).  Products go through ``torch.fft.rfft`` / ``irfft``; no basis
-  matrix is formed for them.
+  keeping only the frequencies ``k <= k_max`` whose spectral weight is not negligible (the
+  FFT route of Wu et al., NIPS 2014, suppl. App. A).  Products go through ``torch.fft.rfft``
+  / ``irfft``; no basis matrix is formed for them.
 
 In both cases ``F F^T`` is the axis correlation, and a factor maps positions to coefficients
 (``forward``: ``F^T x``) and back (``adjoint``: ``F c``).

@@ -79,7 +79,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     grid on and off and ``K_f`` is a squared-exponential correlation that makes ``w`` smooth.
     The log prior variances ``u`` are themselves a Gaussian process on the grid, so relevant
     features come in contiguous groups (dependent relevance determination, Wu et al. [1]_).
-    The fit alternates (seed ``004_19f5cb558dea90cd.txt``, App. B):
+    The fit alternates as in Wu et al. [1]_ (NIPS 2014, supplementary App. B):
 
     1. a u-step: the posterior mode of ``u`` (L-BFGS on whitened coordinates, gradient by
        autograd of the exact conditional evidence);
@@ -94,8 +94,9 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
 
     With ``basis="fourier"`` both priors use a real Fourier basis on the (padded) grid, products
     go through FFTs and frequencies with negligible spectral weight are dropped, which scales
-    to images (App. A).  ``predict(X, return_std=True)`` includes the noise, like
-    :class:`~sklearn.linear_model.ARDRegression`; ``sample_y`` draws the noise-free function.
+    to images ([1]_, supplementary App. A).  ``predict(X, return_std=True)`` includes the
+    noise, like :class:`~sklearn.linear_model.ARDRegression`; ``sample_y`` draws the
+    noise-free function.
 
     Parameters
     ----------
@@ -115,8 +116,8 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         autograd, costly beyond a few hundred positions) falls back to Fisher with a warning
         when it makes the Laplace matrix indefinite.
     evidence : {"laplace", "joint"}, default="laplace"
-        The theta objective: the Laplace evidence, or the seed's joint density without the
-        log-determinant of the u-posterior.
+        The theta objective: the Laplace evidence, or the joint density of Wu et al. [1]_
+        (NIPS 2014, supplementary App. B), without the log-determinant of the u-posterior.
     max_iter : int, default=100
         Outer iterations (u-step, Laplace, theta-step).
     tol : float or None, default=1e-4
@@ -235,9 +236,11 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     ``link="exp"``; for ``"softplus"`` it stays in internal units.  ``u_`` and ``b`` are in
     internal units inside ``scores_``.
 
-    Deviations from the seed: ``rho`` multiplies the u-kernel (seed Eq. 4 adds it), the primal
-    evidence has the missing ``-(n - m)/2 log s2`` (Eq. 8), and the theta objective keeps the
-    log-determinant of the Laplace posterior of ``u`` (as the authors' code does).  The
+    Deviations from Wu et al. [1]_ (NIPS 2014, supplementary Eqs. 4 and 8): ``rho``
+    multiplies the u-kernel (Eq. 4 adds it), the primal evidence has the missing
+    ``-(n - m)/2 log s2`` (Eq. 8), and the theta objective keeps the log-determinant of the
+    Laplace posterior of ``u`` (as the authors' code does); the design notes in the
+    documentation give the reasons.  The
     Fourier basis keeps the frequencies that the coming theta-step can need (down to
     ``l_f exp(-theta_step)``), chosen again at each outer iteration.  Cost per u-step
     evaluation ``O(n^2 min(n, m) + n p log p)``; the Laplace step ``O(n p'^2)`` with ``p'``
@@ -246,7 +249,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     against the memory available (``SKGPX_MEMORY_LIMIT`` caps it) before any torch work and
     raises :class:`~skgpx.InsufficientMemoryError` when it cannot fit.
 
-    Joint steps (Fourier basis, float64; a deviation from the spec's alternation, which they
+    Joint steps (Fourier basis, float64; a deviation from the paper's alternation, which they
     accelerate): once a theta-step other than the first ends with every hyperparameter
     inside its trust box, the u-step and the theta-step become one L-BFGS over ``(v,
     theta)`` (``u = b + sqrt(rho) F_l v``), the Laplace curvature frozen at the previous
@@ -260,8 +263,10 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     References
     ----------
     .. [1] A. Wu, M. Park, O. Koyejo and J. W. Pillow, "Sparse Bayesian structure learning
-       with dependent relevance determination priors", NIPS 27 (2014); A. Wu, O. Koyejo and
-       J. W. Pillow, JMLR 20 (2019).
+       with dependent relevance determination priors", Advances in Neural Information
+       Processing Systems 27 (NIPS 2014), pp. 1628-1636; supplementary material App. A-B.
+       Journal version: A. Wu, O. Koyejo and J. W. Pillow, "Dependent relevance
+       determination for smooth and structured sparse regression", JMLR 20 (2019) 1-43.
 
     Examples
     --------

@@ -2,7 +2,8 @@
 
 Given ``u`` the model is Bayesian linear regression with a unit prior on whitened
 coefficients ``a``: ``y = Z a + e``, ``Z = X D G`` (n x m), ``D = diag(sqrt(g(u)))``,
-``G G^T = K_f``, ``e ~ N(0, s2 I)`` (spec ``smooth_drd.md`` Sec. 1-2).  Pure torch, no sklearn.
+``G G^T = K_f``, ``e ~ N(0, s2 I)`` (the primal form of Wu et al., NIPS 2014, suppl. App. B).
+Pure torch, no sklearn.
 """
 
 import math
@@ -38,18 +39,20 @@ def _with_diagonal(matrix, value):
 
 
 def log_evidence_dual(Z, y, noise_var):
-    """``log N(y | 0, Z Z^T + s2 I)`` through the n x n Cholesky factor (seed Eq. 2)."""
+    """``log N(y | 0, Z Z^T + s2 I)`` by the n x n Cholesky factor (Wu et al., suppl. Eq. 2)."""
     L = _chol(_with_diagonal(Z @ Z.T, noise_var), "evidence covariance Z Z^T + s2 I")
     alpha = solve_lower(L, y[:, None])[:, 0]
     return -0.5 * alpha @ alpha - 0.5 * logdet_from_cholesky(L) - 0.5 * len(y) * _LOG_2PI
 
 
 def log_evidence_primal(Z, y, noise_var):
-    """The same value through the m x m ``S = Z^T Z + s2 I`` (corrected seed Eq. 8)::
+    """The same value through the m x m ``S = Z^T Z + s2 I`` (Wu et al., NIPS 2014, suppl.
+    Eq. 8, corrected)::
 
         -1/2 log|S| + y^T Z S^-1 Z^T y / (2 s2) - y^T y / (2 s2) - (n - m)/2 log s2 - n/2 log 2 pi
 
-    The seed's Eq. 8 lacks ``-(n - m)/2 log s2`` and the constant (spec Sec. 10, E2).
+    The printed Eq. 8 lacks ``-(n - m)/2 log s2`` and the constant ``-n/2 log 2 pi``; we add
+    them, as learning ``s2`` needs the first.
     """
     n, m = Z.shape
     L = _chol(_with_diagonal(Z.T @ Z, noise_var), "posterior precision Z^T Z + s2 I")
@@ -124,7 +127,7 @@ class Conditional:
     def draw(self, prior_draws, noise_draws):
         """Posterior draws of ``a`` from prior draws ``a0`` (m, S) and unit noise (n, S).
 
-        Dual form: Matheron's rule (seed ``003_43e369e2eb54eb53.txt``),
+        Dual form: Matheron's rule (Wilson et al., ICML 2020),
         ``a = a0 + Z^T S_n^-1 (y - Z a0 - e)``.  Primal form: ``mu_a + sqrt(s2) L^-T a0``.
         """
         if self.dual:
@@ -148,7 +151,7 @@ def link_log_slope(u, name):
 
 
 def fisher_curvature(cond, X_A, C_AA, slope_A, DG_A=None, XC_A=None, gram_A=None):
-    """Fisher information of ``u`` on the positions ``A`` (spec Sec. 4)::
+    """Fisher information of ``u`` on the positions ``A`` (default Laplace curvature)::
 
         W_F = 1/4 (s s^T) o [ (C A) o (C A)^T + A o (C A C) ],   A = X_A^T S_n^-1 X_A,
 

@@ -1,4 +1,4 @@
-"""Coordinate ascent for sDRD (spec ``smooth_drd.md`` Sec. 3): u-step, Laplace, theta-step.
+"""Coordinate ascent for sDRD (Wu et al., NIPS 2014, suppl. App. B): u-step, Laplace, theta.
 
 Everything is in internal units (centred, globally rescaled data).  The hyperparameters are
 ``b`` (prior mean of ``u``), ``rho`` (variance of ``u``), ``l`` (length of ``u``), ``l_f``
@@ -30,7 +30,7 @@ _PARAMS = ("rho", "l", "lf", "noise")
 _GRAD_TOL, _CHANGE_TOL = 1e-5, 1e-9
 # the joint (v, theta) step stops earlier on the change of its objective: along the ridge of
 # b and rho it gains less than this per sample and per L-BFGS iteration, which moves the
-# coefficients by far less than the outer tolerance (spec Sec. 3, step 5)
+# coefficients by far less than the outer tolerance (relative change of the coefficient mean)
 _JOINT_CHANGE_TOL = 1e-7
 # a long L-BFGS memory for the joint step: its coupled (v, rho, b) directions need it (48 s ->
 # 40 s on the 64 x 64 benchmark against 20 pairs); r + 5 numbers per pair
@@ -225,7 +225,7 @@ class Solver:
         ``v = coef / (sqrt(rho) scales_l)``.  ``unscaled`` is ``X D B^T`` for a Fourier
         smoothness basis at fixed ``u``: ``Z`` is then its columns times the scales of
         ``l_f``.  Returns ``(E, b)``: with the dense basis ``b`` is profiled out in closed
-        form, ``b = 1^T K^-1 u / 1^T K^-1 1`` (seed Eq. 12).
+        form, ``b = 1^T K^-1 u / 1^T K^-1 1`` (where Wu et al., NIPS 2014, suppl. Eq. 12 is 0).
         """
         c = self.config
         noise = torch.exp(log["noise"])
@@ -335,7 +335,7 @@ class Solver:
                                           unscaled)[0] / self.n
 
         if len(radius):
-            try:  # spec Sec. 3: a failed factorisation keeps the old theta
+            try:  # a failed factorisation keeps the old theta for this iteration
                 self._lbfgs([z], objective, c.theta_max_iter, 10, back_off=False)
                 failed = not bool(torch.isfinite(z).all())
             except (NotPositiveDefiniteError, RuntimeError):
@@ -401,8 +401,8 @@ class Solver:
             U = _bind(U_axes, torch.exp(log["l"]), self._one)
             s.log = {k: float(val) for k, val in log.items()}
             coef = torch.exp(0.5 * log["rho"]) * U.spectral_scales() * v
-        # b absorbs the constant (DC) coefficient of u - b: the closed-form b of seed Eq. 12
-        # on the circle
+        # b absorbs the constant (DC) coefficient of u - b: the closed-form b of Wu et al.
+        # (NIPS 2014, suppl. Eq. 12) on the circle
         b = float(b) + float(coef[0]) / math.prod(math.sqrt(a.n_circle) for a in U_axes)
         coef[0] = 0.0
         B = GridFactor([a.unscaled(coef.dtype, coef.device) for a in U_axes], c.shape)
@@ -419,12 +419,12 @@ class Solver:
 
     def _frozen_logdet(self, W, index, U_axes):
         """``logdet(rho, U) = log|I + Phi^T W Phi|`` with ``W`` frozen, for the theta-step
-        and the joint step.  Dense u-basis: :func:`laplace_logdet` on the support (spec).
+        and the joint step.  Dense u-basis: :func:`laplace_logdet` on the support.
         Fourier: ``W`` projected once on the unscaled basis, ``B^T W B`` (r x r), since
         ``Phi = sqrt(rho) B diag(scales_l)`` depends on theta only through its scales,
         bounded over the current trust box by their maxima (:class:`FrozenLaplaceLogdet`)."""
         c, s = self.config, self.state
-        if c.basis == "dense":  # the spec's form, on the support
+        if c.basis == "dense":  # log|I + Phi^T W Phi| directly, on the support
             return lambda rho, U: laplace_logdet(rho.sqrt() * U.rows(index), W)
         B = GridFactor([a.unscaled(W.dtype, W.device) for a in U_axes], c.shape)
         W_r = B.congruence(self.embedded(W, index))
@@ -447,7 +447,7 @@ class Solver:
     def iterate(self):
         """One outer iteration; returns the Laplace evidence ``E``.
 
-        The spec's alternation: u-step, Laplace curvature at the mode, theta-step at fixed
+        The paper's alternation: u-step, Laplace curvature at the mode, theta-step at fixed
         ``u``.  Once a theta-step (not the first) ends with every parameter inside its trust
         box, the hyperparameters have found their basin and the iterations become
         :meth:`joint_step` s, which follow the slow ridge of ``b`` and ``rho`` that the
@@ -473,7 +473,7 @@ class Solver:
         coef = None
         if c.basis == "fourier":
             # the coefficients of u - b stay fixed through the theta-step; b absorbs their
-            # constant (DC) part, the closed-form b of seed Eq. 12 on the circle
+            # constant (DC) part, the closed-form b of Wu et al. (suppl. Eq. 12) on the circle
             coef = math.sqrt(rho) * U.spectral_scales() * v
             s.b += float(coef[0]) / math.prod(math.sqrt(a.n_circle) for a in U_axes)
             coef[0] = 0.0
@@ -482,9 +482,9 @@ class Solver:
         index = torch.nonzero(self.support(u))[:, 0]
         logdet = None
         # Fourier basis: the first theta-step, from the initial guesses, maximises the joint
-        # density (the seed's objective): a curvature at a mode found under the initial noise
-        # guess is not worth its cost (a tenth of the 64 x 64 fit); the Laplace term joins
-        # from the second
+        # density (the objective of Wu et al., NIPS 2014): a curvature at a mode found under
+        # the initial noise guess is not worth its cost (a tenth of the 64 x 64 fit); the
+        # Laplace term joins from the second
         if c.evidence == "laplace" and (s.steps > 0 or c.basis == "dense"):
             W = self.laplace_curvature(u, G, noise, index, U, rho)
             logdet = self._frozen_logdet(W, index, U_axes)
@@ -492,7 +492,7 @@ class Solver:
         # joint steps: Fourier basis in float64 only.  In float32 the joint objective's
         # rounding (1e-7 of it) is at its stopping tolerance and its ridge moves wander (on
         # a 40-feature fit 3.4 posterior sd from float64, against 0.29 under the
-        # alternation); the dense basis keeps the spec's alternation, whose joint step would
+        # alternation); the dense basis keeps the paper's alternation, whose joint step would
         # need an O(p^3) log-determinant per evaluation (measured 1.5-2x faster on
         # p <= 256, not adopted)
         s.settled = (inside and s.steps > 0 and c.basis == "fourier"

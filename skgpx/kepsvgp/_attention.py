@@ -1,4 +1,4 @@
-"""One KEP-SVGP self-attention layer (Chen et al., ICML 2024, Sec. 4; spec Sec. 2).
+"""One KEP-SVGP self-attention layer (Chen et al., ICML 2024, Sec. 4 and App. D.1).
 
 The query/key kernel is the asymmetric cosine kernel ``kappa(x, x') = <phi_q(x), phi_k(x')>``
 handled through its kernel SVD: primal projections ``E = phi_q W_e`` and ``R = phi_k W_r``

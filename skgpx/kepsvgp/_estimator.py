@@ -115,8 +115,9 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
 
     References
     ----------
-    .. [1] Chen, Tao, Tonin and Suykens, "Self-Attention through Kernel-Eigen Pair Sparse
-       Variational Gaussian Processes", ICML 2024 (seed ``000_d5af7eff2d4a61a4.txt``).
+    .. [1] Y. Chen, Q. Tao, F. Tonin and J. A. K. Suykens, "Self-Attention through
+       Kernel-Eigen Pair Sparse Variational Gaussian Processes", Proceedings of the 41st
+       International Conference on Machine Learning (ICML 2024), PMLR 235.
 
     Examples
     --------

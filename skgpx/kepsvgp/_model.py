@@ -1,4 +1,4 @@
-"""The Transformer encoder around the KEP-SVGP attention layers (spec Sec. 4.1-4.2).
+"""The Transformer encoder around the KEP-SVGP attention layers (Chen et al., ICML 2024).
 
 Tokenizer -> ``depth`` pre-LN blocks (``x + Attn(LN(x))``, ``x + MLP(LN(x))``) -> mean or CLS
 pooling -> LayerNorm -> Linear to the class logits.  The last ``kep_layers`` blocks use

@@ -150,7 +150,7 @@ def clip_negative_variance(var):
 
 @dataclass
 class CGSolver:
-    """Solves ``K_A V = R`` by preconditioned block CG (spec §2.8), ``K_A`` never formed.
+    """Solves ``K_A V = R`` by preconditioned block CG, ``K_A`` never formed.
 
     ``K_A = k(X, X) + diag(noise)``; products with it run over row chunks
     (:class:`skgpx.linalg.KernelOperator`).  ``factor`` is the rank-r pivoted Cholesky

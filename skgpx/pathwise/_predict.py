@@ -116,7 +116,10 @@ def _prior_at(features, W, X, n_samples, n_targets, batch_size):
 
 
 def _weight_space(features, W, eps, post):
-    """Posterior weights of Bayesian linear regression on the random features (§2.7).
+    """Posterior weights of Bayesian linear regression on the random features.
+
+    The weight-space baseline of Wilson et al. (ICML 2020); it shows variance starvation
+    when ``n >> F``.
 
     Primal (``F < n``): ``w = mu + L_A^{-T} z`` with ``A = Phi^T S^{-1} Phi + I``.
     Dual (``F >= n``): ``w = z + Phi^T (Phi Phi^T + S)^{-1} (y - Phi z - eps)``.
@@ -174,7 +177,7 @@ def draw_functions(post, n_samples, generator, *, n_features, feature_map, share
 
 
 def draw_exact(post, Xq, n_samples, generator, jitter):
-    """Exact draws at ``Xq`` via the joint prior over ``[X; Xq]`` (§2.6): (n*, S, T).
+    """Exact draws at ``Xq`` via the joint prior over ``[X; Xq]``: (n*, S, T).
 
     ``O((n + n*)^3)``; the joint prior covariance always gets ``jitter * mean(diag)``.
     """

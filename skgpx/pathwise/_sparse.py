@@ -11,8 +11,8 @@ only through sums over rows.  With ``L = chol(Kzz)``, the whitened cross-covaria
     \\textstyle\\sum_i \\beta_i \\|y_i\\|^2, \\quad \\sum_i \\beta_i k(x_i, x_i), \\quad
     \\sum_i \\log \\sigma_i^2,
 
-and with ``B = I + W``, ``L_B = chol(B)`` and ``c = L_B^{-1} w`` (spec ``pathwise.md``
-§2.3: ``W = A A^T``, ``w = A y / sigma``), for T targets
+and with ``B = I + W``, ``L_B = chol(B)`` and ``c = L_B^{-1} w`` (for one noise level,
+``W = A A^T`` and ``w = A y / sigma`` with ``A = L^{-1} K_zx / sigma``), for T targets
 
 .. math::
 
@@ -22,7 +22,7 @@ and with ``B = I + W``, ``L_B = chol(B)`` and ``c = L_B^{-1} w`` (spec ``pathwis
       + \\tfrac T2 \\operatorname{tr} W.
 
 The sums are accumulated chunk by chunk in ``O(m^2 + chunk * m)`` memory, never
-``O(n m)``.  They are whitened row by row, as the spec's stable algebra does: summing
+``O(n m)``.  They are whitened row by row, as the usual stable form of the bound does: summing
 ``k_i k_i^T`` first and whitening the sum afterwards loses about ``cond(Kzz)`` relative
 digits, enough to make the bound jump by 0.5 nats under 1e-15 changes of theta when
 inducing inputs crowd (then L-BFGS stops abnormally).
@@ -271,7 +271,7 @@ def accumulate_statistics(kernel, theta, Z, L, X, Y, alpha, batch_size):
 def inducing_cholesky(kernel, theta, Z, jitter, warn=False):
     """``chol(Kzz + jitter * mean(diag) I)``, escalating the jitter tenfold on failure.
 
-    The jitter is part of the sparse model (spec §2.3): inducing inputs may nearly
+    The jitter is part of the sparse model: inducing inputs may nearly
     coincide, and without it ``L^{-1} K_zx`` amplifies round-off without bound.
     float32 gets at least ``1e-6`` (its rounding is ``6e-8``).  Returns ``(L, jitter)``
     with the total jitter added.
@@ -462,7 +462,7 @@ def fit_factors(kernel, theta, Z, rows, *, jitter, batch_size, warn=True):
 
 
 def predictive_mean_var(factors, cross, prior_diag, Xq, batch_size, want_var):
-    """Sparse predictive mean (and variance) in row chunks (spec §2.3)."""
+    """Sparse predictive mean (and variance) in row chunks (Titsias, AISTATS 2009)."""
     m = factors.Z.shape[0]
     weights = factors.mean_weights
     step = rows_per_chunk(batch_size, 3 * m, Xq.device)
@@ -487,7 +487,7 @@ def predictive_cov(factors, cross, prior_cov, Xq):
 def inducing_update(factors, prior_at_Z, xi):
     """Decoupled update weights ``v_s = Kzz^{-1} (u_s - f_s(Z))`` with ``u_s = mu_u + R xi_s``.
 
-    ``u_s = L L_B^{-T} (c + xi_s)`` (spec §2.3), so ``v_s = L^{-T} (L_B^{-T} (c + xi_s)
+    ``u_s = L L_B^{-T} (c + xi_s)`` (optimal ``q(u)``), so ``v_s = L^{-T} (L_B^{-T} (c + xi_s)
     - L^{-1} f_s(Z))``; ``prior_at_Z`` and ``xi`` have shape (m, S, T).
     """
     m, S, T = xi.shape
@@ -517,7 +517,7 @@ def initial_inducing_points(X, n_inducing, rng, max_rows=4096):
 
 
 def check_sparse_noise(noise_min, has_white):
-    """Without noise the bound's ``A = L^{-1} K_zx / sigma`` blows up (spec §5)."""
+    """Without noise the bound's ``A = L^{-1} K_zx / sigma`` blows up: ask for noise."""
     if not has_white and noise_min < 1e-6:
         raise ValueError(
             f"Sparse mode needs observation noise: alpha={noise_min:.3g} < 1e-6 and the "

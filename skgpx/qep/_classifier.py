@@ -72,8 +72,9 @@ class DeepQEPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, DeepQEPBa
 
     References
     ----------
-    .. [1] Chang, Obite, Zhou and Lan, "Deep Q-Exponential Processes"
-       (seed ``001_fa5885c0f1d7844f.txt``).
+    .. [1] Z. Chang, C. P. Obite, S. Zhou and S. Lan, "Deep Q-Exponential Processes",
+       Proceedings of the 7th Symposium on Advances in Approximate Bayesian Inference
+       (AABI 2025), PMLR 289:1-24; arXiv:2410.22119.
     .. [2] Milios, Camoriano, Michiardi, Rosasco and Filippone, "Dirichlet-based
        Gaussian processes for large-scale calibrated classification", NeurIPS 2018.
 

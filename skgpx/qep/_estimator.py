@@ -37,7 +37,7 @@ __all__ = ["COMMON_PARAMETERS", "DeepQEPBase"]
 
 _SUPPORTED_Q = (0.5, 2.0)
 _MAX_JOINT_ROWS = 5000
-# floors of the marginal scales v (spec Sec. 7): keep log(r_bar) finite for q < 2
+# floors of the marginal scales v: keep log(r_bar) finite for q < 2
 _MIN_VARIANCE = {torch.float64: 1e-10, torch.float32: 1e-6}
 _DEFAULT_JITTER = {torch.float64: 1e-6, torch.float32: 1e-4}
 _SEED_NAMES = ("init", "train", "shuffle", "split", "prediction")

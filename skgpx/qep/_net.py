@@ -18,7 +18,7 @@ __all__ = ["QEPNet", "build_net"]
 
 
 class QEPNet(NeuralNet):
-    """``loss = -E[log-likelihood per row] + KL / N`` (spec Sec. 3.5), ``N`` the number of
+    """``loss = -E[log-likelihood per row] + KL / N`` (minus the ELBO per row), ``N`` the number of
     training rows after the validation split."""
 
     def get_split_datasets(self, X, y=None, **fit_params):

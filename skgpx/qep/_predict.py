@@ -1,4 +1,4 @@
-"""Prediction-time propagation through a fitted deep Q-EP (spec Sec. 3.6).
+"""Prediction-time propagation through a fitted deep Q-EP.
 
 Every random draw here comes from a CPU generator built from a seed, and the base
 draws of each layer are shared by all rows.  A row's output therefore depends only

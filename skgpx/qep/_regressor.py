@@ -75,14 +75,16 @@ class DeepQEPRegressor(MultiOutputMixin, RegressorMixin, DeepQEPBase):
     ``sample_y`` follow the q-ED over the drawn rows, whose covariance is
     ``kappa_n`` times the predictive scale (it grows with the number of rows for
     ``q < 2``; ``bound="scaled"`` keeps it equal to the scale).  The Psi-statistics
-    latent-variable bound of the paper (the unsupervised QEP-LVM) is not implemented.
-    Small-data setting: ``n_inducing=16, max_iter=40, n_mc_samples=3,
+    latent-variable bound of the paper (the unsupervised QEP-LVM) is not implemented:
+    the training objective is that of the authors' code (the design notes in the
+    documentation say why).  Small-data setting: ``n_inducing=16, max_iter=40, n_mc_samples=3,
     n_mc_samples_predict=8`` fits a few hundred rows in well under a second.
 
     References
     ----------
-    .. [1] Chang, Obite, Zhou and Lan, "Deep Q-Exponential Processes"
-       (seed ``001_fa5885c0f1d7844f.txt``).
+    .. [1] Z. Chang, C. P. Obite, S. Zhou and S. Lan, "Deep Q-Exponential Processes",
+       Proceedings of the 7th Symposium on Advances in Approximate Bayesian Inference
+       (AABI 2025), PMLR 289:1-24; arXiv:2410.22119.
 
     Examples
     --------
