@@ -714,11 +714,15 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         noise = float(self._state.weights[-1][1])
         cov = cov - noise * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
         eigenvalues, eigenvectors = torch.linalg.eigh(cov)
-        root = eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))
+        del cov
+        # the symmetric square root V diag(sqrt(lambda)) V^T is unique, unlike V alone (signs,
+        # order within equal eigenvalues): float32 and float64 give the same draws up to
+        # round-off
+        root = (eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))) @ eigenvectors.T
         n_targets = mean.shape[1]
         generator = prediction_generator(self, random_state)
         normals = standard_normal((test.shape[0], n_targets * n_samples), generator,
-                                  cov.dtype, cov.device)
+                                  root.dtype, root.device)
         draws = to_numpy(root @ normals).reshape(test.shape[0], n_targets, n_samples)
         draws = (to_numpy(mean)[:, :, None] + draws) * self.y_scale_[None, :, None]
         draws = draws + self.y_mean_[None, :, None]

@@ -150,8 +150,10 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     trim_threshold : float, default=1e-6
         Positions with ``g(u) < trim_threshold * max g(u)`` are left out of the Laplace step
         and get an exact 0 in ``coef_``.
-    noise_floor : float, default=1e-6
-        Smallest noise variance, relative to ``max(var(y), 1)`` in internal units.
+    noise_floor : float or None, default=None
+        Smallest noise variance, relative to ``max(var(y), 1)`` in internal units; None means
+        1e-6 (float64) or 1e-4 (float32: below it the posterior matrices are too ill
+        conditioned for single precision, and the fit drifts away from the float64 one).
     compute_covariance : "auto" or bool, default="auto"
         Store ``sigma_`` (p x p); "auto" does so for up to 1024 features.
     fit_intercept : bool, default=True
@@ -299,7 +301,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
         "fourier_pad": [StrOptions({"auto"}), Interval(numbers.Integral, 0, None, closed="left")],
         "cond_threshold": [Interval(numbers.Real, 1, None, closed="neither")],
         "trim_threshold": [Interval(numbers.Real, 0, 1, closed="left")],
-        "noise_floor": [Interval(numbers.Real, 0, None, closed="neither")],
+        "noise_floor": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "compute_covariance": [StrOptions({"auto"}), "boolean"],
         "fit_intercept": ["boolean"],
         "device": [str],
@@ -311,7 +313,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
                  laplace_hessian="fisher", evidence="laplace", max_iter=100, tol=1e-4,
                  u_max_iter=200, theta_max_iter=50, theta_step=0.5, length_scale_init=None,
                  smoothness_length_scale_init=5.0, basis="auto", fourier_pad="auto",
-                 cond_threshold=1e8, trim_threshold=1e-6, noise_floor=1e-6,
+                 cond_threshold=1e8, trim_threshold=1e-6, noise_floor=None,
                  compute_covariance="auto", fit_intercept=True, device="auto",
                  dtype="float64", verbose=0):
         self.coef_shape = coef_shape
@@ -370,7 +372,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
             "rho": tuple(math.log(v) for v in _RHO_BOUNDS),
             "l": (0.0, math.log(upper)),
             "lf": (math.log(0.5), math.log(max(extent, 0.5))),
-            "noise": (math.log(self.noise_floor), math.inf),
+            "noise": (math.log(self._relative_noise_floor()), math.inf),
         }
         return Config(
             shape=shape, sparsity=self.sparsity, smoothness=self.smoothness, link=self.link,
@@ -415,6 +417,11 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
             way_out="; or ".join(way_out), device=device,
         )
 
+    def _relative_noise_floor(self):
+        if self.noise_floor is not None:
+            return float(self.noise_floor)
+        return 1e-4 if self.dtype == "float32" else 1e-6
+
     def _initial_state(self, config, extent, X, y):
         n, p = X.shape
         # ridge (lambda = 1) in the cheaper of its two forms
@@ -426,7 +433,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
                                    X.T @ y)
         variance = max(float((w**2).mean()), 1e-12)
         b = math.log(variance) if self.link == "exp" else float(inverse_softplus(variance))
-        noise_floor = self.noise_floor * max(float(y.var(unbiased=False)), 1.0)
+        noise_floor = self._relative_noise_floor() * max(float(y.var(unbiased=False)), 1.0)
         length, smoothness_length = self._initial_lengths(extent)
         log = {
             "rho": 0.0,

@@ -18,6 +18,7 @@ Nothing ``N x N`` is formed: the layer costs O(N s) per head with the addition m
 import torch
 from torch import nn
 
+from .._base import standard_normal
 from ..linalg import inverse_softplus, positive_tril, positive_tril_raw
 
 __all__ = ["KEPAttention", "cosine_features", "ksvd_objective", "svgp_kl"]
@@ -207,7 +208,8 @@ class KEPAttention(nn.Module):
         R = _cosine_scores(k, W_r, h)
         lam = self.singular_values
         if eps is None:
-            eps = torch.randn(B, h, s, s, dtype=Z.dtype, device=Z.device)
+            # float64 normals, cast: float32 training sees the float64 draws, rounded
+            eps = standard_normal((B, h, s, s), None, Z.dtype, Z.device)
         U = self.inducing_draws(eps)  # (B or 1, h, s_d, s)
         if not self.whiten:
             U = U / lam.unsqueeze(-2)  # Lambda^{-1} u

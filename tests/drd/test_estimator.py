@@ -13,9 +13,11 @@ from sklearn.linear_model import BayesianRidge, RidgeCV
 from skgpx import SmoothDRDRegressor
 from skgpx.datasets import make_smooth_sparse_regression
 
+from _configs import DRD_FAST
+
 DATA = make_smooth_sparse_regression("bumps", shape=40, n_samples=30, n_test=50, random_state=0)
 X, Y, XQ = DATA.X, DATA.y, DATA.X_test[:7]
-FAST = dict(max_iter=8, tol=None, device="cpu")
+FAST = DRD_FAST
 
 
 def _fit(X=X, y=Y, **params):
@@ -33,6 +35,8 @@ def fitted_fourier():
 
 
 # ------------------------------------------------------------------ shapes and determinism
+# Determinism, pickling, the untouched global RNGs and inputs, silence at verbose=0 and float32
+# predictions are tested for every estimator in tests/test_common.py.
 
 
 @pytest.mark.parametrize("name", ["fitted", "fitted_fourier"])
@@ -56,21 +60,6 @@ def test_shapes_and_attributes(name, request):
     assert model.basis_ == ("fourier" if name == "fitted_fourier" else "dense")
 
 
-def test_fits_and_draws_are_deterministic_and_leave_rng_and_inputs_alone(fitted):
-    Xc, Yc = X.copy(), Y.copy()
-    state = torch.get_rng_state()
-    again = _fit()
-    draws = again.sample_y(XQ, n_samples=5, random_state=3)
-    assert torch.equal(torch.get_rng_state(), state)
-    np.testing.assert_array_equal(X, Xc)
-    np.testing.assert_array_equal(Y, Yc)
-    np.testing.assert_array_equal(again.coef_, fitted.coef_)
-    np.testing.assert_array_equal(draws, fitted.sample_y(XQ, n_samples=5, random_state=3))
-    assert not np.allclose(draws, fitted.sample_y(XQ, n_samples=5, random_state=4))
-    np.testing.assert_array_equal(fitted.sample_y(XQ, 2, random_state=None),
-                                  fitted.sample_y(XQ, 2, random_state=0))
-
-
 def test_predictions_are_row_wise(fitted):
     mean, std = fitted.predict(XQ, return_std=True)
     draws = fitted.sample_y(XQ, n_samples=4, random_state=1)
@@ -81,15 +70,6 @@ def test_predictions_are_row_wise(fitted):
     np.testing.assert_allclose(fitted.sample_y(XQ[order], 4, random_state=1), draws[order],
                                rtol=1e-10)
     np.testing.assert_allclose(fitted.sample_y(XQ[:2], 4, random_state=1), draws[:2], rtol=1e-10)
-
-
-def test_pickle_round_trip(fitted):
-    clone = pickle.loads(pickle.dumps(fitted))
-    np.testing.assert_array_equal(clone.predict(XQ, return_std=True)[1],
-                                  fitted.predict(XQ, return_std=True)[1])
-    np.testing.assert_array_equal(clone.sample_y(XQ, 3), fitted.sample_y(XQ, 3))
-    np.testing.assert_array_equal(clone.sample_y(XQ, 2, u_uncertainty=True),
-                                  fitted.sample_y(XQ, 2, u_uncertainty=True))
 
 
 # ------------------------------------------------------------------ posterior (oracle 6)
@@ -240,17 +220,16 @@ def test_bad_inputs_raise_before_torch_work():
             SmoothDRDRegressor(device="cuda").fit(X, Y)
 
 
-def test_verbose_zero_is_silent_and_verbose_two_reports(capfd):
-    _fit(max_iter=2)
-    assert capfd.readouterr() == ("", "")
+def test_verbose_two_reports_each_iteration(capfd):
     _fit(max_iter=2, verbose=2)
     out, err = capfd.readouterr()
     assert "SmoothDRDRegressor" in err  # the bar, on stderr
     assert "iteration 2: evidence" in out + err
 
 
-def test_float32_is_close_to_float64(fitted):
-    """float32 moves each coefficient by well under its posterior sd (a quarter of it)."""
+def test_float32_coefficients_are_close_to_float64(fitted):
+    """float32 moves each coefficient by well under its posterior sd (a quarter of it); its
+    predictions and draws: tests/test_common.py."""
     model = _fit(dtype="float32")
     assert np.all(np.abs(model.coef_ - fitted.coef_) <= 0.25 * fitted.coef_std_)
 

@@ -10,10 +10,14 @@ from sklearn.datasets import load_digits
 
 from skgpx.kepsvgp import KEPSVGPClassifier
 
+from _configs import KEP_SMALL
+
 X_ALL, Y_ALL = load_digits(return_X_y=True)
 X, Y = X_ALL[:300], Y_ALL[:300]
 X_TEST = X_ALL[300:340]
-SMALL = dict(tokenizer="patches", patch_size=4, d_model=16, depth=1, max_iter=5, random_state=0)
+SMALL = KEP_SMALL
+# Seeds, pickling, the untouched global RNGs and inputs, silence at verbose=0 and float32 fits
+# are tested for every estimator in tests/test_common.py.
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +45,6 @@ def test_samples_average_to_predict_proba_and_differ(fitted):
     assert draws.shape == (40, 10, 3)
     np.testing.assert_array_equal(draws, fitted.sample_y(X_TEST, n_samples=3))
     assert not np.array_equal(draws, fitted.sample_y(X_TEST, n_samples=3, random_state=1))
-
-
-def test_same_seed_same_fit_pickle_and_global_rng(fitted):
-    state = torch.get_rng_state()
-    again = KEPSVGPClassifier(**SMALL).fit(X, Y)
-    np.testing.assert_array_equal(again.predict_proba(X_TEST), fitted.predict_proba(X_TEST))
-    assert torch.equal(state, torch.get_rng_state())
-    loaded = pickle.loads(pickle.dumps(fitted))
-    np.testing.assert_array_equal(loaded.predict_proba(X_TEST), fitted.predict_proba(X_TEST))
-    other = KEPSVGPClassifier(**{**SMALL, "random_state": 1}).fit(X, Y)
-    assert not np.allclose(other.predict_proba(X_TEST), fitted.predict_proba(X_TEST))
 
 
 def test_softmax_baseline_has_identical_draws():
@@ -103,14 +96,9 @@ def test_logit_aggregation_is_the_softmax_of_the_mean_logits(fitted):
     assert np.abs(proba - fitted.predict_proba(X_TEST)).max() > 1e-6  # not the "probs" rule
 
 
-def test_float32_fit_and_prediction(fitted):
-    clf = KEPSVGPClassifier(**{**SMALL, "dtype": "float32"}).fit(X, Y)
-    assert all(p.dtype == torch.float32 for p in clf.module_.parameters())
-    assert np.all(np.isfinite(clf.objective_history_))
-    proba = clf.predict_proba(X_TEST)
-    assert proba.dtype == np.float64
-    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-12)
-    # the float64 fit's network evaluated in float32 with the same draws
+def test_float32_evaluation_of_the_float64_network(fitted):
+    """The prediction path alone: the float64 fit's network evaluated in float32 with the same
+    draws.  (A float32 fit against a float64 fit: tests/test_common.py.)"""
     single = copy.deepcopy(fitted)
     single.module_.float()
     single.dtype_ = "float32"
