@@ -1,4 +1,4 @@
-"""Shared helpers for the ``benchmarks/pathwise_*.py`` scripts.
+"""Process, thread, timing and table machinery shared by every ``benchmarks/*.py`` script.
 
 Import this module FIRST in every benchmark script (before numpy, scipy, sklearn or
 torch): it pins every thread pool to one thread by setting the OpenMP / BLAS
@@ -19,7 +19,11 @@ It also holds the small machinery the scripts share:
 * :func:`format_table` / :func:`print_table` print aligned text tables;
 * :func:`recorded`, :func:`failure_notes`, :func:`rotated`, :func:`parse_choices` and
   :func:`load_average` serve the scripts that fit several models per seed in one process
-  (``dkp_table1.py``, ``qep_*.py``).
+  (``dkp_table1.py``, ``qep_*.py``);
+* :class:`Timer` and :func:`best_seconds` time code in this process; :func:`available`
+  says whether optional peers (GPyTorch, BoTorch) can be imported.
+
+The statistics, number formatting and output files (JSON, CSV) are in ``_fits.py``.
 
 Running this file directly does nothing except print what it is (``make bench``
 runs every ``benchmarks/*.py``).
@@ -263,20 +267,15 @@ def load_average():
     return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def finish(title, lines, records, json_path):
-    """The closing block of a benchmark: load average, the target verdicts of ``lines``
-    under ``title``, and ``records`` written to ``json_path`` (if given)."""
+def finish(title, lines):
+    """The closing block of a benchmark: load average and the target verdicts of ``lines``
+    under ``title``."""
     print(f"load average at end: {load_average()}")
     print()
     print(f"{title}, measured in this run:")
     for line in lines:
         print("  " + line)
     print(flush=True)
-    if json_path:
-        os.makedirs(os.path.dirname(os.path.abspath(json_path)) or ".", exist_ok=True)
-        with open(json_path, "w") as fh:
-            json.dump(records, fh, indent=1, default=str)
-        print(f"records written to {json_path}")
 
 
 def rotated(items, k):
@@ -284,6 +283,16 @@ def rotated(items, k):
     that load changes on a shared machine hit every model alike)."""
     k %= len(items)
     return list(items[k:]) + list(items[:k])
+
+
+def available(*modules):
+    """Whether every one of ``modules`` (optional peers such as gpytorch) can be imported."""
+    try:
+        for name in modules:
+            __import__(name)
+    except ImportError:
+        return False
+    return True
 
 
 def parse_choices(parser, text, choices, what):
@@ -357,6 +366,17 @@ class Timer:
     def __exit__(self, *exc):
         sync(self.device)
         self.seconds = time.perf_counter() - self._start
+
+
+def best_seconds(fn, repeats):
+    """Best of ``repeats`` timed calls of ``fn()`` after one warm-up call (no CUDA sync)."""
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 # ---------------------------------------------------------------- child cells

@@ -1,5 +1,5 @@
-"""Shared pieces of the benchmarks that fit several models per seed in one process
-(``benchmarks/qep_*.py``, ``benchmarks/kepsvgp_digits.py``).
+"""The benchmarks' kit of statistics, number formatting and output files, and the ``main()``
+body of the scripts that fit several models per seed in one process.
 
 Import it right AFTER ``_common`` (which must stay the first import of every benchmark
 script: it pins the threads before numpy is loaded)::
@@ -7,17 +7,23 @@ script: it pins the threads before numpy is loaded)::
     import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
     import _fits as F
 
-The scripts fit several models per seed in one process and keep one record (a dict) per
-fit, with ``"error"`` (None or the error text) and ``"warnings"`` (see
-``_common.recorded``).  This module holds:
+``_common`` holds the process, thread, timing and table machinery; this module holds:
 
-* :func:`values`, :func:`mean_se`, :func:`fmt_pm`: one metric over the records that did not
-  fail, its mean and standard error, and the "mean ± s.e." table cell;
-* :func:`add_dtype_argument`: ``--dtype`` (float32 by default, as the authors);
-* :func:`add_output_arguments` / :func:`write_outputs`: the ``--json`` / ``--csv`` options
-  (default ``benchmarks/results/<script>.{json,csv}``, git-ignored) and the files;
-* :func:`run_main`: the common body of ``main()``: header (with the dtype note), load
-  average, the runs under a warnings filter, the reports, wall time and load at the end.
+* statistics: :func:`values` / :func:`column` (one metric of a list of records),
+  :func:`nanmean`, :func:`mean_se`, :func:`paired` (differences per seed or split, with the
+  one standard-error convention of every benchmark: the sample standard deviation, ddof=1,
+  over sqrt(n)), :func:`slope` (least squares in log-log), :func:`rmse`,
+  :func:`gaussian_nll`;
+* formatting: :func:`fmt_num`, :func:`pm` / :func:`fmt_pm` ("mean ± s.e."),
+  :func:`fmt_mean_sd` ("mean +- sd");
+* outputs: :func:`add_output_arguments` (``--json`` / ``--csv``, by default
+  ``benchmarks/results/<script>.{json,csv}``, git-ignored), :func:`write_json`,
+  :func:`run_info` and :func:`write_outputs`;
+* :func:`add_dtype_argument` (``--dtype``, float32 by default, as the authors) and
+  :func:`run_main`: the common body of ``main()`` of the in-process fit scripts (header with
+  the dtype note, load average, the runs under a warnings filter, the reports, wall time and
+  load at the end).  Their records (one dict per fit) carry ``"error"`` (None or the error
+  text) and ``"warnings"`` (see ``_common.recorded``).
 
 Running this file directly does nothing except print what it is (``make bench`` runs every
 ``benchmarks/*.py``).
@@ -45,26 +51,99 @@ def values(records, key):
     return np.array([r.get(key, math.nan) for r in records if not r["error"]], dtype=float)
 
 
+def column(records, key):
+    """``key`` of every record, failed ones included, as a float array (NaN where missing):
+    one entry per seed or split, so two columns pair up entry by entry."""
+    return np.array([r.get(key, math.nan) for r in records], dtype=float)
+
+
+def _finite(x):
+    x = np.asarray(x, dtype=float)
+    return x[np.isfinite(x)]
+
+
+def nanmean(x):
+    """Mean of the finite entries of ``x`` (NaN when there are none)."""
+    x = _finite(x)
+    return float(np.mean(x)) if x.size else math.nan
+
+
 def mean_se(x):
-    """Mean and standard error of the finite entries of ``x`` (NaN s.e. for one entry)."""
-    x = x[np.isfinite(x)]
+    """Mean and standard error (sd with ddof=1 over sqrt(n)) of the finite entries of ``x``;
+    NaN s.e. for one entry."""
+    x = _finite(x)
     if x.size == 0:
         return math.nan, math.nan
     se = float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
     return float(np.mean(x)), se
 
 
+def paired(a, b):
+    """Paired differences ``a - b``, entry by entry (seed by seed), over the pairs where both
+    are finite: ``(d, mean, se)`` with :func:`mean_se` of ``d``."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n = min(a.size, b.size)
+    d = _finite(a[:n] - b[:n])
+    return (d, *mean_se(d))
+
+
+def slope(sizes, seconds):
+    """Least-squares slope of log(seconds) against log(sizes) over the points with a finite,
+    positive time (NaN with fewer than two)."""
+    pts = [(n, t) for n, t in zip(sizes, seconds) if math.isfinite(t) and t > 0]
+    if len(pts) < 2:
+        return math.nan
+    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def rmse(y_true, y_pred):
+    return float(np.sqrt(np.mean((np.ravel(y_true) - np.ravel(y_pred)) ** 2)))
+
+
+def gaussian_nll(y, mean, std):
+    """Mean per-point ``-log N(y; mean, std^2)``."""
+    return float(np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y - mean) / std) ** 2))
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def fmt_num(value, decimals=2, g_from=math.inf, sig=None, missing="-"):
+    """``value`` with ``decimals`` decimals, or with ``sig`` (default ``decimals``)
+    significant figures when its size is ``g_from`` or more; ``missing`` for None and
+    non-finite values."""
+    if value is None or not math.isfinite(value):
+        return missing
+    if abs(value) >= g_from:
+        return f"{value:.{decimals if sig is None else sig}g}"
+    return f"{value:.{decimals}f}"
+
+
+def pm(mean, se, spec=".3f", se_spec=None, missing="-"):
+    """``"mean ± se"`` in the format specs ``spec`` and ``se_spec`` (default ``spec``): the mean
+    alone when the s.e. is not finite (one value), ``missing`` when the mean is not."""
+    if not math.isfinite(mean):
+        return missing
+    return f"{mean:{spec}}" + (f" ± {se:{se_spec or spec}}" if math.isfinite(se) else "")
+
+
 def fmt_pm(x, digits=3, g_from=math.inf):
-    """``"mean ± se"`` of ``x`` with ``digits`` decimals ("-" when empty, the mean alone for
-    one entry); a mean of size ``g_from`` or more gets ``digits`` significant figures."""
+    """:func:`pm` of :func:`mean_se` of ``x`` with ``digits`` decimals; a mean of size
+    ``g_from`` or more gets ``digits`` significant figures."""
     m, se = mean_se(x)
-    if not math.isfinite(m):
-        return "-"
-    text = f"{m:.{digits}g}" if abs(m) >= g_from else f"{m:.{digits}f}"
-    return text + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
+    spec = f".{digits}g" if math.isfinite(m) and abs(m) >= g_from else f".{digits}f"
+    return pm(m, se, spec, f".{digits}f")
 
 
-# ---------------------------------------------------------------- main and outputs
+def fmt_mean_sd(x, spec=".3f"):
+    """``"mean +- sd"`` of ``x`` (sd with ddof=1; 0 for one value): the spread over seeds."""
+    x = np.asarray(x, dtype=float)
+    sd = x.std(ddof=1) if x.size > 1 else 0.0
+    return f"{x.mean():{spec}} +- {sd:{spec}}"
+
+
+# ---------------------------------------------------------------- arguments and main
 
 
 def add_dtype_argument(parser, what="deep models"):
@@ -73,12 +152,12 @@ def add_dtype_argument(parser, what="deep models"):
                         help=f"dtype of the {what} (float32, as the authors)")
 
 
-def add_output_arguments(parser, name):
+def add_output_arguments(parser, name, rows="fit"):
     """``--json`` and ``--csv``, by default ``benchmarks/results/<name>.{json,csv}``."""
     parser.add_argument("--json", default=os.path.join(RESULTS, f"{name}.json"),
                         help="records + summaries ('' to skip)")
     parser.add_argument("--csv", default=os.path.join(RESULTS, f"{name}.csv"),
-                        help="one row per fit ('' to skip)")
+                        help=f"one row per {rows} ('' to skip)")
 
 
 def run_main(title, args, dtype_note, run, report, extra=()):
@@ -99,25 +178,43 @@ def run_main(title, args, dtype_note, run, report, extra=()):
     return records, summary
 
 
-def write_outputs(args, payload, keys, rows, prefix=(), extra=()):
-    """Write ``--json``: the options, versions (``extra`` packages too), commit and then the
-    entries of ``payload``; and ``--csv``: the header ``prefix + keys`` and, for each
-    ``(prefix_values, record)`` of ``rows``, ``prefix_values`` + the record's ``keys``."""
+# ---------------------------------------------------------------- output files
+
+
+def _make_folder(path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+def write_json(path, payload):
+    """Write ``payload`` to the JSON file ``path`` (nothing when ``path`` is empty) and say so."""
+    if not path:
+        return
+    _make_folder(path)
+    with open(path, "w") as fh:
+        json.dump(payload, fh, indent=1, default=str)
+    print(f"records written to {path}")
+
+
+def run_info(args, extra=()):
+    """The options, versions (``extra`` packages too) and commit of this run, for its JSON."""
+    return {"options": vars(args), "versions": C.versions(extra), "commit": C.skgpx_revision()}
+
+
+def write_outputs(args, payload, keys, rows, prefix=(), extra=(), what="per-fit rows"):
+    """Write ``--json``: :func:`run_info` and then the entries of ``payload``; and ``--csv``:
+    the header ``prefix + keys`` and, for each ``(prefix_values, record)`` of ``rows``,
+    ``prefix_values`` + the record's ``keys``."""
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"options": vars(args), "versions": C.versions(extra),
-                       "commit": C.skgpx_revision(), **payload}, fh, indent=1, default=str)
-        print(f"records written to {args.json}")
+        write_json(args.json, {**run_info(args, extra), **payload})
     if args.csv:
-        os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
+        _make_folder(args.csv)
         with open(args.csv, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(list(prefix) + list(keys))
             for first, r in rows:
                 writer.writerow(list(first) + [r.get(k, "") for k in keys])
-        print(f"per-fit rows written to {args.csv}")
+        print(f"{what} written to {args.csv}")
 
 
 if __name__ == "__main__":
-    print("benchmarks/_fits.py: helpers of the in-process fit benchmarks (nothing to run).")
+    print("benchmarks/_fits.py: statistics, formatting and output kit (nothing to run).")

@@ -47,16 +47,15 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+import _fits as F
 
 import argparse
-import json
 import math
 import os
 import re
 import time
 import warnings
 
-import numpy as np
 import torch
 
 SCRIPT = os.path.abspath(__file__)
@@ -333,17 +332,6 @@ def run_once(state):
 # ---------------------------------------------------------------- parent side
 
 
-def best_seconds(fn, repeats):
-    """Best of ``repeats`` timed calls after one warm-up call."""
-    fn()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def matmul_rates(sizes, repeats):
     """Best float64 ``torch.mm`` rate (GFLOP/s) for each n."""
     generator = torch.Generator().manual_seed(0)
@@ -351,7 +339,7 @@ def matmul_rates(sizes, repeats):
     for n in sizes:
         a = torch.randn(n, n, generator=generator, dtype=torch.float64)
         b = torch.randn(n, n, generator=generator, dtype=torch.float64)
-        seconds = best_seconds(lambda a=a, b=b: a @ b, repeats)
+        seconds = C.best_seconds(lambda a=a, b=b: a @ b, repeats)
         out[n] = {"seconds": seconds, "gflops": 2.0 * n**3 / seconds * 1e-9}
     return out
 
@@ -374,18 +362,10 @@ def primitive_rates(n, repeats):
     ]
     out = []
     for name, fn, flops in cases:
-        seconds = best_seconds(fn, repeats)
+        seconds = C.best_seconds(fn, repeats)
         out.append({"op": name, "seconds": seconds, "gflops": flops / seconds * 1e-9,
                     "flops": flops})
     return out
-
-
-def slope(sizes, seconds):
-    """Least-squares slope of log(seconds) against log(P)."""
-    x, y = np.log(np.asarray(sizes, float)), np.log(np.asarray(seconds, float))
-    if len(x) < 2:
-        return float("nan")
-    return float(np.polyfit(x, y, 1)[0])
 
 
 def report_limit(rates, prims, n_prim):
@@ -497,7 +477,7 @@ def report_scaling(args, records):
         sizes.append(P)
         times.append(t)
         previous = (P, t)
-    fitted = slope(sizes, times)
+    fitted = F.slope(sizes, times)
     C.print_table("Scaling: 10-sweep fit time against P (make_friedman1, noise 0.5, "
                   "n_layers=2, one CPU thread)",
                   ["P", "fit s", "s / sweep", "local slope", "peak RSS", "objective"], rows,
@@ -567,15 +547,12 @@ def main(argv=None):
     print(flush=True)
 
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"options": vars(args), "versions": C.versions(),
-                       "matmul": {str(k): v for k, v in rates.items()},
-                       "primitives": prims, "limit_gflops": limit, "profile_P": profile_p,
-                       "headline": headline, "summary": summary, "exponent": exponent,
-                       "cells": {str(k): v for k, v in records.items()}},
-                      fh, indent=1, default=str)
-        print(f"records written to {args.json}")
+        F.write_json(args.json, {**F.run_info(args),
+                                 "matmul": {str(k): v for k, v in rates.items()},
+                                 "primitives": prims, "limit_gflops": limit,
+                                 "profile_P": profile_p, "headline": headline,
+                                 "summary": summary, "exponent": exponent,
+                                 "cells": {str(k): v for k, v in records.items()}})
 
 
 if __name__ == "__main__":

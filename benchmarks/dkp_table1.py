@@ -50,11 +50,11 @@ fit time is the wall clock of ``fit`` alone, after one untimed warm-up fit per m
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+import _fits as F
+from _fits import column, nanmean
 
 import argparse
-import json
 import math
-import os
 import time
 
 import numpy as np
@@ -140,11 +140,6 @@ def make_method(method, args, dof=None):
     return make_dkp(method, args.dof if dof is None else dof, args.max_iter)
 
 
-def gaussian_ll(y, mean, std):
-    """Mean per-point log N(y; mean, std^2)."""
-    return float(np.mean(-0.5 * np.log(2.0 * np.pi * std**2) - 0.5 * ((y - mean) / std) ** 2))
-
-
 def evaluate(model, Xtr, ytr, Xte, yte):
     """Fit, predict and score one model on one split.
 
@@ -165,8 +160,8 @@ def evaluate(model, Xtr, ytr, Xte, yte):
         elif np.any(std <= 0.0):
             rec["error"] = f"non-positive predictive std (min {std.min():.3g})"
         else:
-            rec["rmse"] = float(np.sqrt(np.mean((mean - yte) ** 2)))
-            rec["ll"] = gaussian_ll(yte, mean, std)
+            rec["rmse"] = F.rmse(yte, mean)
+            rec["ll"] = -F.gaussian_nll(yte, mean, std)
             rec["min_std"] = float(std.min())
     for attr in ("noise_variance_", "n_iter_", "objective_"):
         value = getattr(model, attr, None)
@@ -186,44 +181,26 @@ def warm_up(methods, args):
 # ---------------------------------------------------------------- statistics
 
 
-def column(records, key):
-    return np.array([r[key] for r in records], dtype=float)
-
-
 def paired(a, b):
-    """Mean and 2 standard errors of the per-split difference ``a - b``.
+    """Mean and 2 standard errors (``_fits.paired``) of the per-split difference ``a - b``.
 
     Splits where either side failed (NaN) are left out; ``n`` says how many remain.
     """
-    ok = np.isfinite(a) & np.isfinite(b)
-    d = a[ok] - b[ok]
-    n = int(d.size)
-    if n == 0:
-        return math.nan, math.nan, 0
-    se2 = 2.0 * float(np.std(d, ddof=1)) / math.sqrt(n) if n > 1 else math.nan
-    return float(np.mean(d)), se2, n
+    d, mean, se = F.paired(a, b)
+    return mean, 2.0 * se, d.size
 
 
-def nanmean(values):
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    return float(np.mean(values)) if values.size else math.nan
-
-
-def fmt(value, digits=4):
-    """``digits`` significant figures, but never fewer than 3 decimals below 10 in size
-    (test LL values like -0.484 vs -0.481 must stay distinguishable)."""
-    if value is None or not math.isfinite(value):
-        return "nan"
-    if abs(value) < 10:
-        return f"{value:.3f}"
-    return f"{value:.{digits}g}"
+def fmt(value):
+    """4 significant figures, but 3 decimals below 10 in size (test LL values like -0.484
+    vs -0.481 must stay distinguishable)."""
+    return F.fmt_num(value, 3, g_from=10, sig=4, missing="nan")
 
 
 def fmt_pm(diff, se2, n=None, n_all=None):
+    """``"diff ± 2 s.e."`` ("± ?" for one split), with ``(n=...)`` when splits failed."""
     if not math.isfinite(diff):
         return "-"
-    text = f"{diff:+.3g} ± {se2:.2g}" if math.isfinite(se2) else f"{diff:+.3g} ± ?"
+    text = F.pm(diff, se2, "+.3g", ".2g") + ("" if math.isfinite(se2) else " ± ?")
     if n is not None and n_all is not None and n < n_all:
         text += f" (n={n})"
     return text
@@ -505,14 +482,8 @@ def main(argv=None):
         result = report_table(args, records)
     print(f"total wall time: {time.perf_counter() - t0:.1f} s", flush=True)
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        payload = {"mode": "dof-sweep" if args.dof_sweep else "table",
-                   "options": {k: v for k, v in vars(args).items()},
-                   "versions": C.versions(), "commit": C.skgpx_revision(),
-                   "records": records, **result}
-        with open(args.json, "w") as fh:
-            json.dump(payload, fh, indent=1, default=str)
-        print(f"records written to {args.json}")
+        F.write_json(args.json, {"mode": "dof-sweep" if args.dof_sweep else "table",
+                                 **F.run_info(args), "records": records, **result})
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ initialisation, and reports how long Adam takes to reach the solver's 10-sweep
 objective ``L*``.
 
 Data (one random 90/10 split, ``--seed``; X standardised with the training part's
-mean and ddof=0 std, y standardised inside the estimator the same way, which is what
-Adam sees too):
+mean and ddof=0 std, then X and y standardised as the estimator does inside ``fit``, with
+its own ``skgpx._base.column_standardisation``, which is what Adam sees too):
 
 * ``diabetes``: ``sklearn.datasets.load_diabetes``, P = 397 training points, d = 10;
 * ``friedman``: ``make_friedman1(n_samples=330, noise=0.5, random_state=seed)``, P = 297;
@@ -55,15 +55,17 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+import _fits as F
+from _fits import rmse
 
 import argparse
-import json
 import math
-import os
 import time
 
 import numpy as np
 import torch
+
+from skgpx._base import column_standardisation
 
 DEFAULT_LRS = (1e-1, 3e-2, 1e-2, 1e-3)
 TARGET_SPEEDUP = 10.0
@@ -105,27 +107,20 @@ def load_data(name, seed):
             X, y = make_friedman1(n_samples=330, noise=0.5, random_state=seed)
         X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.1,
                                                             random_state=seed)
-    mean, std = X_train.mean(axis=0), X_train.std(axis=0)
-    std[std == 0.0] = 1.0
+    mean, std = column_standardisation(X_train)
     return (X_train - mean) / std, y_train, (X_test - mean) / std, y_test
 
 
-def standardise(values):
-    """``(values - mean) / std`` per column with ddof=0 and constant columns kept at scale 1.
-
-    The same numpy operations as the estimator's internal standardisation, so Adam
-    sees bit-identical inputs and targets.
-    """
+def standardise(values, normalize):
+    """``values`` as a float64 column matrix, standardised per column as the estimator's
+    ``fit`` does (``column_standardisation`` when ``normalize``), so Adam sees bit-identical
+    inputs and targets; returns it with the mean and scale."""
     values = np.asarray(values, dtype=np.float64)
     values = values.reshape(values.shape[0], -1)
-    mean = values.mean(axis=0)
-    scale = values.std(axis=0)
-    scale[scale == 0.0] = 1.0
+    n_columns = values.shape[1]
+    mean, scale = column_standardisation(values) if normalize else (
+        np.zeros(n_columns), np.ones(n_columns))
     return (values - mean) / scale, mean, scale
-
-
-def rmse(y_true, y_pred):
-    return float(np.sqrt(np.mean((np.ravel(y_true) - np.ravel(y_pred)) ** 2)))
 
 
 # ---------------------------------------------------------------- the shared model pieces
@@ -150,8 +145,8 @@ class Problem:
         # the estimator's own config builder, so that Adam optimises the identical
         # objective (dof layout, input_scale, noise floor ...)
         self.config = estimator._config(estimator._resolve_dof())
-        inputs, self.x_mean, self.x_scale = standardise(X_train)
-        targets, self.y_mean, self.y_scale = standardise(y_train)
+        inputs, self.x_mean, self.x_scale = standardise(X_train, estimator.normalize_X)
+        targets, self.y_mean, self.y_scale = standardise(y_train, estimator.normalize_y)
         self.inputs = torch.tensor(inputs, dtype=torch.float64, device=device)
         self.targets = torch.tensor(targets, dtype=torch.float64, device=device)
         self.test_inputs = torch.tensor((np.asarray(X_test, dtype=np.float64) - self.x_mean)
@@ -529,12 +524,6 @@ def speedup(solver, runs):
     return min(best_reached, best_capped) / solver["seconds"], lower_bound
 
 
-def _opt(value, fmt):
-    """``fmt(value)``, or "-" for None and non-finite values."""
-    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) \
-        else fmt(value)
-
-
 def report(args, data_info, solver, step_cost, runs):
     """Print the table, the consistency checks and the target line.
 
@@ -565,14 +554,14 @@ def report(args, data_info, solver, step_cost, runs):
             str(r["reached_step"]) if reached else "never",
             C.fmt_seconds(r["reached_seconds"]) if reached else "-",
             ratio_text,
-            _opt(r["final_objective"], lambda v: f"{v:.4f}"),
+            F.fmt_num(r["final_objective"], 4),
             str(r["steps"]), r["stop"],
-            _opt(r["rmse_at_target"], lambda v: f"{v:.4f}"),
+            F.fmt_num(r["rmse_at_target"], 4),
             str(r["rmse_reached_step"]) if r["rmse_reached_step"] is not None else
             ("never" if args.rmse_every else "-"),
-            _opt(r["rmse_reached_seconds"], C.fmt_seconds),
-            _opt(r["final_rmse"], lambda v: f"{v:.4f}"),
-            _opt(r["objective_at_solver_time"], lambda v: f"{v:.4f}"),
+            C.fmt_seconds(r["rmse_reached_seconds"]),
+            F.fmt_num(r["final_rmse"], 4),
+            F.fmt_num(r["objective_at_solver_time"], 4),
         ])
     notes = [
         f"L* = solver objective after {solver['n_iter']} sweeps = {solver['objective']:.6f}; "
@@ -729,12 +718,8 @@ def main(argv=None):
 
     target = report(args, data_info, solver, step_cost, runs)
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"options": vars(args), "data": data_info, "versions": C.versions(),
-                       "solver": solver, "step_cost": step_cost, "adam": runs,
-                       "target": target}, fh, indent=1, default=str)
-        print(f"records written to {args.json}")
+        F.write_json(args.json, {**F.run_info(args), "data": data_info, "solver": solver,
+                                 "step_cost": step_cost, "adam": runs, "target": target})
 
 
 if __name__ == "__main__":

@@ -169,10 +169,8 @@ def run(args):
 
 
 def pm(x, fmt=".3g"):
-    m, se = F.mean_se(x)
-    if not math.isfinite(m):
-        return DASH
-    return f"{m:{fmt}}" + (f" ± {se:.2g}" if math.isfinite(se) else "")
+    """``"mean ± se"`` of ``x``: the mean in ``fmt``, the s.e. to 2 significant figures."""
+    return F.pm(*F.mean_se(x), fmt, ".2g", missing=DASH)
 
 
 def per_seed(recs, key):

@@ -123,14 +123,6 @@ def run_all(args):
     return records
 
 
-def slope(p, t):
-    """Least-squares slope of log t against log p over the finite points (NaN if < 2)."""
-    pts = [(a, b) for a, b in zip(p, t) if math.isfinite(b) and b > 0]
-    if len(pts) < 2:
-        return math.nan
-    return float(np.polyfit(np.log([a for a, _ in pts]), np.log([b for _, b in pts]), 1)[0])
-
-
 def time_ratio(fourier, dense, cutoff):
     """Fourier / dense fit time, as text ("<x" when dense was killed at the cut-off)."""
     if not fourier or fourier["status"] != "ok" or not dense:
@@ -176,11 +168,10 @@ def report(args, records):
     for basis in args.basis:
         done = [r for r in records if r["basis"] == basis and r["status"] == "ok"]
         p = [r["p"] for r in done]
-        slopes[basis] = {"fit": slope(p, [r["fit_s"] for r in done]),
-                         "per_iter": slope(p, [r["fit_s"] / r["n_iter"] for r in done]),
+        slopes[basis] = {"fit": F.slope(p, [r["fit_s"] for r in done]),
+                         "per_iter": F.slope(p, [r["fit_s"] / r["n_iter"] for r in done]),
                          "p": p}
-        rows.append([basis] + [f"{slopes[basis][k]:.2f}" if math.isfinite(slopes[basis][k])
-                               else "-" for k in ("fit", "per_iter")]
+        rows.append([basis] + [F.fmt_num(slopes[basis][k]) for k in ("fit", "per_iter")]
                     + [",".join(map(str, p))])
     C.print_table("Scaling exponent: least-squares slope of log time against log p",
                   ["basis", "fit time", "time per iteration", "p used"], rows, align="lrrl",

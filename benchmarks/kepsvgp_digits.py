@@ -49,7 +49,7 @@ Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/kepsvgp_digit
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
-from _fits import fmt_pm, mean_se, values
+from _fits import column, fmt_pm, mean_se, nanmean, values
 
 import argparse
 import math
@@ -232,20 +232,13 @@ def shift_values(recs, metric, severity=None):
     return np.array(out, dtype=float)
 
 
-def paired(a, b):
-    """Mean ± s.e. of the per-seed differences ``a - b`` and the differences themselves."""
-    n = min(a.size, b.size)
-    d = a[:n] - b[:n]
-    return d, mean_se(d)
-
-
 def report(args, records):
     summary, names = {}, {key: MODELS[key][0] for key in records}
     header = ", ".join(f"{t}" for _, t, _ in METRICS)
     rows = []
     for key, recs in records.items():
         rows.append([names[key]] + [fmt_pm(values(recs, m), 2) for m, _, _ in METRICS]
-                    + [f"{mean_se(values(recs, 'epoch_s'))[0] * 1e3:.0f}",
+                    + [f"{nanmean(values(recs, 'epoch_s')) * 1e3:.0f}",
                        f"{sum(1 for r in recs if not r['error'])}/{len(recs)}"])
         summary[key] = {m: mean_se(values(recs, m)) for m, _, _ in METRICS}
     C.print_table(
@@ -265,7 +258,7 @@ def report(args, records):
                 continue
             row = [f"{names[key]} - MSP"]
             for m, _, lower in METRICS:
-                d, (mean, se) = paired(values(records[key], m), values(records["msp"], m))
+                d, mean, se = F.paired(column(records[key], m), column(records["msp"], m))
                 wins = int(np.sum(d < 0) if lower else np.sum(d > 0))
                 row.append(f"{mean:+.2f} ± {se:.2f} ({wins}/{d.size})")
             rows.append(row)
@@ -309,13 +302,12 @@ def report(args, records):
     print("Targets and checks:")
     checks = {}
     if "msp" in records:
-        msp_epoch = values(records["msp"], "epoch_s")
+        msp_epoch = column(records["msp"], "epoch_s")
         for key in KEP_MODELS:
             if key not in records:
                 continue
-            ratio = values(records[key], "epoch_s")[:msp_epoch.size] / msp_epoch[
-                :values(records[key], "epoch_s").size]
-            ok = float(np.mean(ratio)) <= 1.15
+            ratio = column(records[key], "epoch_s") / msp_epoch  # per seed; NaN where failed
+            ok = nanmean(ratio) <= 1.15
             checks[f"{key} per-epoch ratio"] = ok
             print(f"  {C.verdict(ok):4s}  {names[key]} / MSP seconds per epoch "
                   f"{fmt_pm(ratio, 3)} <= 1.15 (paper Table 4: 1.04-1.08 outside IMDB)")
@@ -324,7 +316,7 @@ def report(args, records):
                 continue
             for m, title in (("negative_log_likelihood", "NLL"), ("brier_score", "Brier"),
                              ("expected_calibration_error", "ECE")):
-                d, (mean, se) = paired(values(records[key], m), values(records["msp"], m))
+                _, mean, se = F.paired(column(records[key], m), column(records["msp"], m))
                 print(f"  info  {names[key]} - MSP {title} {mean:+.3f} ± {se:.3f} "
                       f"(z = {mean / se if se else math.nan:+.1f})")
     print(flush=True)

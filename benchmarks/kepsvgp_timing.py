@@ -77,23 +77,20 @@ git-ignored).
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+import _fits as F
 
 import argparse
-import csv
 import gc
-import json
 import math
 import os
 import time
 
-import numpy as np
 import torch
 from torch import nn
 
 from skgpx.kernels import unit_stationary_kernel
 from skgpx.linalg import jittered_cholesky
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 B, WIDTH, HEADS, RANK = 8, 64, 4, 10
 FULL_SIZES = (64, 256, 1024, 4096)
 QUICK_SIZES = (64, 256)
@@ -407,15 +404,6 @@ def run_all(args, device, dtype, models, mem_limit):
 # ---------------------------------------------------------------- report
 
 
-def slope(sizes, seconds):
-    """Least-squares slope of log(time) against log(N) over the finite points (NaN if < 2)."""
-    pts = [(n, t) for n, t in zip(sizes, seconds) if math.isfinite(t) and t > 0]
-    if len(pts) < 2:
-        return math.nan
-    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
-    return float(np.polyfit(x, y, 1)[0])
-
-
 def cell_text(rec):
     if rec is None:
         return "-"
@@ -462,13 +450,13 @@ def report(args, records, models):
         times = [t(m, N) for N in args.sizes]
         done = [(N, x) for N, x in zip(args.sizes, times) if math.isfinite(x)]
         last2 = done[-2:]
-        s = {"all": slope(args.sizes, times),
-             f">={SLOPE_FROM}": slope(big, [t(m, N) for N in big]),
-             "two largest": slope([p[0] for p in last2], [p[1] for p in last2]),
+        s = {"all": F.slope(args.sizes, times),
+             f">={SLOPE_FROM}": F.slope(big, [t(m, N) for N in big]),
+             "two largest": F.slope([p[0] for p in last2], [p[1] for p in last2]),
              "two largest N": [p[0] for p in last2]}
         slopes[m] = s
-        rows.append([LABELS[m], _fmt_slope(s["all"]), _fmt_slope(s[f">={SLOPE_FROM}"]),
-                     _fmt_slope(s["two largest"])
+        rows.append([LABELS[m], F.fmt_num(s["all"]), F.fmt_num(s[f">={SLOPE_FROM}"]),
+                     F.fmt_num(s["two largest"])
                      + (f" ({last2[0][0]}-{last2[1][0]})" if len(last2) == 2 else "")])
     C.print_table("Log-log slope of time against N (least squares)",
                   ["model", "all sizes", f"N >= {SLOPE_FROM}", "two largest timed N"], rows,
@@ -509,37 +497,24 @@ def report(args, records, models):
     return {"slopes": slopes, "targets": targets}
 
 
-def _fmt_slope(value):
-    return f"{value:.2f}" if math.isfinite(value) else "-"
+CSV_KEYS = ["model", "N", "status", "median_ms", "warmup_ms", "n_runs", "times_ms", "dtype",
+            "device", "note"]
 
 
 def write_outputs(args, records, summary):
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"options": vars(args), "versions": C.versions(),
-                       "commit": C.skgpx_revision(), "records": records, **summary},
-                      fh, indent=1, default=str)
-        print(f"records written to {args.json}")
-    if args.csv:
-        os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
-        keys = ["model", "N", "status", "median_ms", "warmup_ms", "n_runs", "times_ms",
-                "dtype", "device", "note"]
-        with open(args.csv, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(keys)
-            for r in records:
-                writer.writerow([r["model"], r["N"], r["status"], r["median"] * 1e3,
-                                 r["warmup"] * 1e3, len(r["times"]),
-                                 " ".join(f"{x * 1e3:.4f}" for x in r["times"]),
-                                 args.dtype, args.device_resolved, r["note"]])
-        print(f"per-cell rows written to {args.csv}")
+    """``--json`` (records and summary) and ``--csv`` (one row per (model, N), in ms)."""
+    rows = (((), {"model": r["model"], "N": r["N"], "status": r["status"],
+                  "median_ms": r["median"] * 1e3, "warmup_ms": r["warmup"] * 1e3,
+                  "n_runs": len(r["times"]),
+                  "times_ms": " ".join(f"{x * 1e3:.4f}" for x in r["times"]),
+                  "dtype": args.dtype, "device": args.device_resolved, "note": r["note"]})
+            for r in records)
+    F.write_outputs(args, {"records": records, **summary}, CSV_KEYS, rows, what="per-cell rows")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                   help="dtype of the layers and inputs (float32)")
+    F.add_dtype_argument(p, "layers and inputs")
     p.add_argument("--device", default="auto", choices=("cpu", "cuda", "auto"),
                    help="auto = cuda when available (auto)")
     p.add_argument("--sizes", default=None,
@@ -557,10 +532,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="N in {64, 256}, 2 repeats")
     p.add_argument("--selftest", action="store_true",
                    help="check the SGPA layer on N = 5 against dense formulas and exit")
-    p.add_argument("--json", default=os.path.join(RESULTS, "kepsvgp_timing.json"),
-                   help="records + summary ('' to skip)")
-    p.add_argument("--csv", default=os.path.join(RESULTS, "kepsvgp_timing.csv"),
-                   help="one row per (model, N) ('' to skip)")
+    F.add_output_arguments(p, "kepsvgp_timing", rows="(model, N)")
     args = p.parse_args(argv)
     if args.selftest:
         raise SystemExit(0 if selftest() else 1)

@@ -31,6 +31,7 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+from _fits import fmt_mean_sd, paired
 
 import argparse
 import functools
@@ -155,15 +156,6 @@ def draw_floor(m, C_half, S, seed):
     return m[:, None] + C_half @ z
 
 
-def botorch_available():
-    try:
-        import botorch  # noqa: F401
-        import gpytorch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # ---------------------------------------------------------------- driver
 
 
@@ -231,7 +223,7 @@ def run_dimension(args, d):
     results = {}
     mem_limit = args.mem_fraction * C.total_ram_bytes()
     for name, F in specs:
-        if name == "botorch (shared)" and not botorch_available():
+        if name == "botorch (shared)" and not C.available("botorch", "gpytorch"):
             results[(name, F)] = {"status": "not installed"}
             continue
         cfg = {"d": d, "name": name, "F": F, "S": args.S, "seeds": args.seeds,
@@ -242,20 +234,13 @@ def run_dimension(args, d):
         if rec["status"] == "ok":
             per_seed = rec["info"]["per_seed"]
             w2 = [r["w2"] for r in per_seed]
-            sd = np.std(w2, ddof=1) if len(w2) > 1 else 0.0
-            print(f"  {name:28s} F={F or '-':>5}: W2 {np.mean(w2):.4f} +- {sd:.4f}  "
+            print(f"  {name:28s} F={F or '-':>5}: W2 {fmt_mean_sd(w2, '.4f')}  "
                   f"({np.median([r['seconds'] for r in per_seed]):.2f} s/seed, peak RSS "
                   f"{C.fmt_bytes(rec['peak_rss'])})", flush=True)
         else:
             print(f"  {name:28s} F={F or '-':>5}: {rec['status']}: {rec.get('note', '')}",
                   flush=True)
     return results
-
-
-def mean_sd(values, fmt="{:.3f}"):
-    values = np.asarray(values, dtype=float)
-    sd = values.std(ddof=1) if values.size > 1 else 0.0
-    return f"{fmt.format(values.mean())} +- {fmt.format(sd)}"
 
 
 def report(args, d, results):
@@ -275,9 +260,9 @@ def report(args, d, results):
             continue
         per_seed = seeds[(name, F)]
         w2 = np.array([r["w2"] for r in per_seed])
-        rows.append([name, F or "-", mean_sd(w2, "{:.4f}"), f"{w2.mean() / floor.mean():.2f}",
-                     mean_sd([r["z"] for r in per_seed], "{:.2f}"),
-                     mean_sd([r["var"] for r in per_seed], "{:.3f}"),
+        rows.append([name, F or "-", fmt_mean_sd(w2, ".4f"), f"{w2.mean() / floor.mean():.2f}",
+                     fmt_mean_sd([r["z"] for r in per_seed], ".2f"),
+                     fmt_mean_sd([r["var"] for r in per_seed], ".3f"),
                      C.fmt_seconds(float(np.median([r["seconds"] for r in per_seed]))),
                      C.fmt_bytes(rec["peak_rss"])])
     C.print_table(
@@ -303,21 +288,21 @@ def report(args, d, results):
             bo = np.array([r["w2"] for r in bo])
             ratio = ours.mean() / bo.mean()
             k = len(ours)
-            se = np.sqrt(ours.var(ddof=1) / k + bo.var(ddof=1) / k) if k > 1 else float("nan")
+            _, diff, se = paired(ours, bo)
             wins = int(np.sum(ours <= bo))
             print(f"  {C.verdict(ratio <= 1.0)}  F={F}: W2(ours shared) / W2(BoTorch) = "
                   f"{ratio:.3f} ({ours.mean():.4f} vs {bo.mean():.4f}; target <= 1; "
-                  f"difference {ours.mean() - bo.mean():+.4f} +- {se:.4f} (se); "
+                  f"difference {diff:+.4f} +- {se:.4f} (paired se); "
                   f"ours <= BoTorch in {wins}/{k} seeds)")
             qmc = seeds.get(("ours shared qmc", F))
             if qmc is not None:
                 qmc = np.array([r["w2"] for r in qmc])
                 ratio = qmc.mean() / bo.mean()
-                se = np.sqrt(qmc.var(ddof=1) / k + bo.var(ddof=1) / k) if k > 1 else float("nan")
+                _, diff, se = paired(qmc, bo)
                 print(f"  {C.verdict(ratio <= 1.0)}  F={F}: W2(ours shared, frequency_sampling="
                       f"'qmc') / W2(BoTorch, Sobol) = {ratio:.3f} ({qmc.mean():.4f} vs "
-                      f"{bo.mean():.4f}; difference {qmc.mean() - bo.mean():+.4f} +- {se:.4f} "
-                      f"(se); ours <= BoTorch in {int(np.sum(qmc <= bo))}/{k} seeds)")
+                      f"{bo.mean():.4f}; difference {diff:+.4f} +- {se:.4f} "
+                      f"(paired se); ours <= BoTorch in {int(np.sum(qmc <= bo))}/{k} seeds)")
     for F in args.features:
         if ("ours independent", F) not in results:
             continue

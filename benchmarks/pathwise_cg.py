@@ -37,6 +37,7 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+from _fits import write_json
 
 import argparse
 import os
@@ -378,7 +379,8 @@ def main(argv=None):
         report_oracle(args, results["oracle"], lines)
     records = {k: ({str(r): v for r, v in res.items()} if k == "scale" else res)
                for k, res in results.items()}
-    C.finish("Targets (issue 14, CG)", lines, records, args.json)
+    C.finish("Targets (issue 14, CG)", lines)
+    write_json(args.json, records)
 
 
 if __name__ == "__main__":

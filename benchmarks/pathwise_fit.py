@@ -30,9 +30,9 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+import _fits as F
 
 import argparse
-import json
 import os
 import warnings
 
@@ -69,10 +69,6 @@ def sklearn_lml(kernel, X, y):
 
     gp = GaussianProcessRegressor(kernel, optimizer=None, normalize_y=True).fit(X, y)
     return float(gp.log_marginal_likelihood_value_)
-
-
-def nll(y, mean, std):
-    return float(np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y - mean) / std) ** 2))
 
 
 # ---------------------------------------------------------------- fitters
@@ -220,8 +216,8 @@ def run_once(state):
         mean, std = model.predict(Xte, return_std=True)
         metrics = {
             "lml": sklearn_lml(model.kernel_, Xtr, ytr),
-            "rmse": float(np.sqrt(np.mean((mean - yte) ** 2))),
-            "nll": nll(yte, mean, std),
+            "rmse": F.rmse(yte, mean),
+            "nll": F.gaussian_nll(yte, mean, std),
             "kernel": str(model.kernel_),
             **extra,
         }
@@ -232,14 +228,6 @@ def run_once(state):
 
 
 # ---------------------------------------------------------------- parent side
-
-
-def gpytorch_available():
-    try:
-        import gpytorch  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def datasets(args):
@@ -273,7 +261,7 @@ def main(argv=None):
     for ds in datasets(args):
         for method in args.methods:
             label = f"{method} {ds['name']}"
-            if method == "gpytorch" and not gpytorch_available():
+            if method == "gpytorch" and not C.available("gpytorch"):
                 records[(ds["name"], method)] = {"status": "not installed"}
                 continue
             print(f"  running {label} ...", flush=True)
@@ -281,12 +269,7 @@ def main(argv=None):
             records[(ds["name"], method)] = C.run_cell(SCRIPT, cfg, cutoff=args.cutoff,
                                                        label=label)
     report(args, records)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({f"{k[0]} | {k[1]}": v for k, v in records.items()}, fh, indent=1,
-                      default=str)
-        print(f"records written to {args.json}")
+    F.write_json(args.json, {f"{k[0]} | {k[1]}": v for k, v in records.items()})
 
 
 def _fit_seconds(rec):

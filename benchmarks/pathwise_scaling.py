@@ -38,10 +38,10 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+from _fits import write_json
 
 import argparse
 import functools
-import json
 import math
 import os
 import warnings
@@ -238,15 +238,6 @@ def _cholesky_with_jitter(cov):
 # ---------------------------------------------------------------- parent side
 
 
-def botorch_available():
-    try:
-        import botorch  # noqa: F401
-        import gpytorch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def run_config(args, n, n_star, S, history):
     """All methods at one (n, n*, S).  ``history[method]`` holds (n*, seconds) measured."""
     ram = C.total_ram_bytes()
@@ -255,7 +246,7 @@ def run_config(args, n, n_star, S, history):
         label = f"{method} n={n} n*={n_star} S={S}"
         est = memory_estimate(method, n, n_star)
         rec = {"method": method, "n": n, "n_star": n_star, "S": S, "mem_estimate": est}
-        if method == "botorch" and not botorch_available():
+        if method == "botorch" and not C.available("botorch", "gpytorch"):
             rec.update(status="not installed", note="botorch/gpytorch not installed")
         elif method == "ours-exact" and n + n_star > args.exact_max:
             rec.update(status="skipped", note=f"n+n*={n + n_star} > {args.exact_max}")
@@ -487,12 +478,7 @@ def main(argv=None):
     if args.sweep:
         print_sweep_summary(args, results)
     check_targets(args, results)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({f"{n}x{ns}xS{S}": rows for (n, ns, S), rows in results.items()}, fh,
-                      indent=1, default=str)
-        print(f"records written to {args.json}")
+    write_json(args.json, {f"{n}x{ns}xS{S}": rows for (n, ns, S), rows in results.items()})
 
 
 def print_sweep_summary(args, results):

@@ -63,6 +63,7 @@ Usage::
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+from _fits import fmt_mean_sd, paired, write_json
 
 import argparse
 import functools
@@ -134,22 +135,6 @@ def sparse_available():
     except ImportError:
         return False
     return "n_inducing" in PathwiseGPSampler().get_params()
-
-
-def qmc_available():
-    """Whether this skgpx has the opt-in ``frequency_sampling="qmc"``."""
-    from skgpx import PathwiseGPSampler
-
-    return "frequency_sampling" in PathwiseGPSampler().get_params()
-
-
-def peer_available(*names):
-    try:
-        for name in names:
-            __import__(name)
-    except ImportError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------- numpy reference (spec 2.3)
@@ -381,8 +366,8 @@ def fitted_state(est):
     return {"amplitude": amplitude, "length_scale": length_scale, "noise": noise,
             "alpha": 1e-10, "Z": np.asarray(est.inducing_points_),
             "q_mu": np.asarray(est.q_mu_)[:, 0], "q_sqrt": np.asarray(est.q_sqrt_),
-            "y_mean": float(np.ravel(est.y_train_mean_)[0]),
-            "y_std": float(np.ravel(est.y_train_std_)[0])}
+            "y_mean": float(np.ravel(est.y_mean_)[0]),
+            "y_std": float(np.ravel(est.y_scale_)[0])}
 
 
 def save_state(path, state):
@@ -682,7 +667,7 @@ def part_fit(args, tmp):
     target = rec["info"]["elbo_per_row"] if ok else None
     for method in ("adam", "lbfgs"):
         key = f"gpytorch-{method}"
-        if not peer_available("gpytorch"):
+        if not C.available("gpytorch"):
             out[key] = {"status": "not installed"}
             continue
         out[key] = cell(args, {"kind": "gpytorch-fit", "n": n, "m": m, "method": method,
@@ -714,7 +699,7 @@ def part_draws(args, state_file):
                       f"ours draws n*={args.n_star_big}")
     out["ours"] = cell(args, {**common, "kind": "ours-draws", "n_star": args.n_star_peer},
                        f"ours draws n*={args.n_star_peer}")
-    if peer_available("botorch", "gpytorch"):
+    if C.available("botorch", "gpytorch"):
         out["botorch"] = cell(args, {**common, "kind": "botorch-draws",
                                      "n_star": args.n_star_peer},
                               f"BoTorch draws n*={args.n_star_peer}")
@@ -725,10 +710,10 @@ def part_draws(args, state_file):
 
 def part_w2(args):
     methods = [name for name in W2_METHODS
-               if name != "botorch (shared)" or peer_available("botorch", "gpytorch")]
+               if name != "botorch (shared)" or C.available("botorch", "gpytorch")]
     if not args.sparse:
         methods = [name for name in methods if not name.startswith("ours")]
-    if not qmc_available():
+    if not PA.qmc_available():
         methods = [name for name in methods if name != "ours shared qmc"]
     cfg = {"kind": "w2", "n": args.w2_n, "m": args.w2_m, "n_star": 64, "S": args.w2_S,
            "F": args.features, "seeds": args.seeds, "methods": methods,
@@ -933,9 +918,9 @@ def report_w2(args, rec, lines):
             continue
         w2 = np.array([r["w2"] for r in per[name]])
         rows.append([name, "-" if name == "MC floor" else args.features,
-                     PA.mean_sd(w2, "{:.4f}"), f"{w2.mean() / floor.mean():.2f}",
-                     PA.mean_sd([r["z"] for r in per[name]], "{:.2f}"),
-                     PA.mean_sd([r["var"] for r in per[name]], "{:.3f}"),
+                     fmt_mean_sd(w2, ".4f"), f"{w2.mean() / floor.mean():.2f}",
+                     fmt_mean_sd([r["z"] for r in per[name]], ".2f"),
+                     fmt_mean_sd([r["var"] for r in per[name]], ".3f"),
                      C.fmt_seconds(float(np.median([r["seconds"] for r in per[name]])))])
     notes = [f"friedman1 n={args.w2_n} (y standardised), m={args.w2_m}, n*=64 (48 in the "
              f"unit cube, 16 outside), S={args.w2_S}, {args.seeds} seeds; fixed kernel "
@@ -956,18 +941,18 @@ def report_w2(args, rec, lines):
     if "ours shared" in per and "botorch (shared)" in per:
         a = np.array([r["w2"] for r in per["ours shared"]])
         b = np.array([r["w2"] for r in per["botorch (shared)"]])
-        se = np.sqrt(a.var(ddof=1) / k + b.var(ddof=1) / k) if k > 1 else float("nan")
+        _, diff, se = paired(a, b)
         lines.append(f"{C.verdict(a.mean() <= b.mean())}  W2(ours shared) / W2(BoTorch) = "
                      f"{a.mean() / b.mean():.3f} ({a.mean():.4f} vs {b.mean():.4f}; target "
-                     f"<= 1; difference {a.mean() - b.mean():+.4f} +- {se:.4f} (se); ours <= "
+                     f"<= 1; difference {diff:+.4f} +- {se:.4f} (paired se); ours <= "
                      f"BoTorch in {int(np.sum(a <= b))}/{k} seeds)")
         if "ours shared qmc" in per:
             a = np.array([r["w2"] for r in per["ours shared qmc"]])
-            se = np.sqrt(a.var(ddof=1) / k + b.var(ddof=1) / k) if k > 1 else float("nan")
+            _, diff, se = paired(a, b)
             lines.append(f"{C.verdict(a.mean() <= b.mean())}  (information) W2(ours shared, "
                          f"frequency_sampling='qmc') / W2(BoTorch, Sobol) = "
                          f"{a.mean() / b.mean():.3f} ({a.mean():.4f} vs {b.mean():.4f}; "
-                         f"difference {a.mean() - b.mean():+.4f} +- {se:.4f} (se))")
+                         f"difference {diff:+.4f} +- {se:.4f} (paired se))")
     elif "ours shared" in per:
         lines.append("n/a   W2: BoTorch not installed")
     if "ours independent" in per:
@@ -1048,7 +1033,8 @@ def main(argv=None):
             report_w2(args, results["w2"], lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    C.finish("Targets (issue 14, sparse)", lines, results, args.json)
+    C.finish("Targets (issue 14, sparse)", lines)
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

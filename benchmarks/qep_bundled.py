@@ -56,7 +56,7 @@ Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_bundled.{
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
-from _fits import fmt_pm, mean_se, values
+from _fits import fmt_pm, mean_se, nanmean, values
 
 import argparse
 import math
@@ -141,7 +141,7 @@ def run_fit(key, name, args, seed, data):
             mean, std = pipe.predict(Xte, return_std=True)
             mean = np.asarray(mean, float).reshape(yte.shape)
             std = np.asarray(std, float).reshape(yte.shape)
-            rec["rmse"] = float(np.sqrt(np.mean((mean - yte) ** 2)))
+            rec["rmse"] = Q.rmse(yte, mean)
             rec["r2"] = float(r2_score(yte, mean))
             rec["mean_std"] = float(np.mean(std))
         else:
@@ -199,19 +199,19 @@ def report(args, records):
         rows, notes = [], []
         for name in [n for n in args.datasets if n in names]:
             per_model = records[name]
-            t_sk = mean_se(values(per_model.get("sklearn", []), "fit_cpu_s"))[0] \
+            t_sk = nanmean(values(per_model.get("sklearn", []), "fit_cpu_s")) \
                 if "sklearn" in per_model else math.nan
             for key, recs in per_model.items():
-                cpu = mean_se(values(recs, "fit_cpu_s"))[0]
+                cpu = nanmean(values(recs, "fit_cpu_s"))
                 m_ind = values(recs, "n_inducing")
                 m_ind = m_ind[np.isfinite(m_ind)]
                 rows.append([name, MODELS[key][0]]
                             + [fmt_pm(values(recs, k), g_from=100) for _, k in metrics]
-                            + [f"{mean_se(values(recs, 'fit_s'))[0]:.1f}", f"{cpu:.1f}",
+                            + [f"{nanmean(values(recs, 'fit_s')):.1f}", f"{cpu:.1f}",
                                C.fmt_ratio(cpu / t_sk) if math.isfinite(t_sk) and t_sk > 0
                                else "-",
                                str(int(m_ind[0])) if m_ind.size else "",
-                               f"{mean_se(values(recs, 'dloss'))[0]:+.3f}" if key != "sklearn"
+                               f"{nanmean(values(recs, 'dloss')):+.3f}" if key != "sklearn"
                                else "",
                                f"{sum(1 for r in recs if not r['error'])}/{len(recs)}",
                                str(sum(len(r["warnings"]) for r in recs))])

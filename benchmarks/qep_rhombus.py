@@ -70,7 +70,7 @@ Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_rhombus.{
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
-from _fits import fmt_pm, mean_se, values
+from _fits import fmt_pm, mean_se, nanmean, values
 
 import argparse
 import math
@@ -220,13 +220,13 @@ def report(args, records):
         paper = PAPER["annulus" if name == "annulus" else "rhombus"]
         yg = load_data(name, 0)[3]
         majority = float(np.max(np.bincount(yg)) / yg.size)
-        t_gpc = mean_se(values(per_model.get("gpc", []), "fit_cpu_s"))[0] if "gpc" in per_model \
+        t_gpc = nanmean(values(per_model.get("gpc", []), "fit_cpu_s")) if "gpc" in per_model \
             else math.nan
         rows, summary[name] = [], {"majority": majority}
         for key, recs in per_model.items():
             acc, auc = values(recs, "acc"), values(recs, "auc")
-            fit = mean_se(values(recs, "fit_s"))[0]
-            cpu = mean_se(values(recs, "fit_cpu_s"))[0]
+            fit = nanmean(values(recs, "fit_s"))
+            cpu = nanmean(values(recs, "fit_cpu_s"))
             p = paper[PAPER_ROW[key]]
             n_ok = sum(1 for r in recs if not r["error"])
             rows.append([MODELS[key][0], fmt_pm(acc), fmt_pm(auc),
@@ -234,8 +234,8 @@ def report(args, records):
                          f"{fit:.1f}", f"{cpu:.1f}",
                          C.fmt_ratio(cpu / t_gpc) if math.isfinite(t_gpc) else "-",
                          f"{PAPER_ROW[key]} {p[0]:.3f}" + (f" ± {p[1]:.3f}" if p[1] else ""),
-                         f"{mean_se(acc)[0] - p[0]:+.3f}", f"{p[2]:.3f}",
-                         f"{mean_se(auc)[0] - p[2]:+.3f}", f"{n_ok}/{len(recs)}",
+                         f"{nanmean(acc) - p[0]:+.3f}", f"{p[2]:.3f}",
+                         f"{nanmean(auc) - p[2]:+.3f}", f"{n_ok}/{len(recs)}",
                          str(sum(len(r["warnings"]) for r in recs))])
             summary[name][key] = {m: mean_se(values(recs, m))
                                   for m in ("acc", "auc", "log_loss", "train_acc", "fit_s",
@@ -262,7 +262,7 @@ def report(args, records):
     checks = {}
     for name, per_model in records.items():
         if "q1" in per_model and name == "rhombus":
-            acc = mean_se(values(per_model["q1"], "acc"))[0]
+            acc = nanmean(values(per_model["q1"], "acc"))
             ok = acc >= 0.78
             print(f"  {C.verdict(ok):4s}  {name}: QEP q=1 grid accuracy {acc:.3f} >= 0.78 "
                   f"(majority {summary[name]['majority']:.3f}; paper 0.856)")
@@ -270,7 +270,7 @@ def report(args, records):
         if "q1" in per_model and name == "rhombus-authors":
             # The floor of tests/qep/test_paper.py on the same data (float64 seeds 0-2 gave
             # 0.888, 0.864, 0.876; sklearn's GPC 0.845, 1-NN 0.821).
-            acc = mean_se(values(per_model["q1"], "acc"))[0]
+            acc = nanmean(values(per_model["q1"], "acc"))
             ok = acc >= 0.83
             print(f"  {C.verdict(ok):4s}  {name}: QEP q=1 grid accuracy {acc:.3f} >= 0.83 "
                   f"(majority {summary[name]['majority']:.3f}; paper 0.856 on this data)")

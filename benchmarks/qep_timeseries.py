@@ -89,7 +89,7 @@ Results (all per-fit records and the summaries) go to ``--json`` and ``--csv`` (
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
-from _fits import fmt_pm, mean_se, values
+from _fits import fmt_pm, mean_se, nanmean, values
 
 import argparse
 import math
@@ -200,21 +200,13 @@ def evaluate_ours(model, Xte, yte):
     v = var.detach().cpu().double().numpy() * scale_y**2
     sigma2 = model.likelihood_.noise.detach().cpu().double().numpy() * scale_y**2
     out = path_metrics(yte, mu, v + sigma2, model.q, y_hat, std)
-    out["noise_var"] = [float(s) for s in model.noise_]  # c_q sigma^2
+    out["noise_var"] = [float(s) for s in model.noise_variance_]  # c_q sigma^2
     # consistency: predict's mean is the path average of _latent's means
     out["check_mean"] = float(np.max(np.abs(mu.mean(0) - y_hat)))
     return out
 
 
 # ---------------------------------------------------------------- GPyTorch
-
-
-def gpytorch_available():
-    try:
-        import gpytorch  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def build_gpytorch_model(Xt, n_tasks, dtype):
@@ -393,8 +385,8 @@ def report_accuracy(args, records):
         rows.append([MODELS[key][0], fmt_pm(values(recs, "mae")), fmt_pm(values(recs, "r2")),
                      fmt_pm(values(recs, "psd")), fmt_pm(values(recs, "std_total")),
                      fmt_pm(values(recs, "nll")), fmt_pm(values(recs, "nll_mix")),
-                     f"{mean_se(values(recs, 'fit_s'))[0]:.1f}",
-                     f"{1000 * mean_se(values(recs, 's_per_epoch'))[0]:.1f}",
+                     f"{nanmean(values(recs, 'fit_s')):.1f}",
+                     f"{1000 * nanmean(values(recs, 's_per_epoch')):.1f}",
                      f"{len(ok)}/{len(recs)}",
                      str(sum(len(r["warnings"]) for r in recs))])
     notes = ["mean ± standard error over seeds; 50 test points vs the noise-free truth",
@@ -417,10 +409,10 @@ def report_accuracy(args, records):
         paper = PAPER[PAPER_ROW[key]]
         cells = [MODELS[key][0], PAPER_ROW[key]]
         for metric in ("mae", "psd", "r2", "nll"):
-            m, _ = mean_se(values(records[key], metric))
+            m = nanmean(values(records[key], metric))
             p = paper[metric][0]
             cells += [f"{m:.3f}", f"{p:.3f} ± {paper[metric][1]:.3f}", f"{m - p:+.3f}"]
-        m, _ = mean_se(values(records[key], "fit_s"))
+        m = nanmean(values(records[key], "fit_s"))
         cells += [f"{m:.1f}", f"{paper['fit_s'][0]:.1f}"]
         rows.append(cells)
     C.print_table("Against the paper's Table B.1 (gap = ours - paper; PSD and NLL in the "
@@ -492,8 +484,8 @@ def report_checks(args, records):
     checks = {}
     print("Spec §6.4 paper-level check (mean over seeds: MAE <= 0.10 and R2 >= 0.90):")
     for key in [k for k in ("q1", "q2") if k in records]:
-        mae, _ = mean_se(values(records[key], "mae"))
-        r2, _ = mean_se(values(records[key], "r2"))
+        mae = nanmean(values(records[key], "mae"))
+        r2 = nanmean(values(records[key], "r2"))
         ok = mae <= 0.10 and r2 >= 0.90
         print(f"  {C.verdict(ok):4s}  {MODELS[key][0]}: MAE {mae:.3f}, R2 {r2:.3f}")
         checks[f"spec6.4 {key}"] = ok
@@ -540,7 +532,7 @@ def parse_args(argv=None):
     if args.timing_epochs is None:
         args.timing_epochs = 20 if args.quick else 200
     args.models = C.parse_choices(p, args.models, MODELS, "model")
-    if "gpytorch" in args.models and not gpytorch_available():
+    if "gpytorch" in args.models and not C.available("gpytorch"):
         print("GPyTorch not installed: its rows and the timing target are skipped")
         args.models.remove("gpytorch")
     args.seed_list = seeds(args.seeds)
