@@ -9,9 +9,10 @@ differentiated with respect to the inputs.  Such kernels may take structured inp
 (strings, sequences, graphs: ``requires_vector_input`` False), which travel through the
 torch code as :class:`ObjectRows`.
 
-:func:`spectral_terms` decomposes a kernel into the terms that random Fourier features
-need (Bochner's theorem): stationary terms with their spectral sampling rules, and the
-exactly finite constant and linear terms.
+The closed-form stationary correlations (:func:`stationary_profile`) and the
+squared-exponential spectral density (:func:`se_spectral_density`) serve more than one
+family; the decomposition of a kernel into random-feature terms lives with the pathwise
+family (``skgpx.pathwise._spectra``).
 """
 
 import math

@@ -293,7 +293,9 @@ def load_authors_rhombus(return_u=False):
     # Imported here so that the numpy-only generators do not pay for importing torch.
     import torch
 
-    generator = torch.Generator(device="cpu").manual_seed(_AUTHORS_SEED)
+    from .._base import cpu_generator
+
+    generator = cpu_generator(_AUTHORS_SEED)
     # The script ran under torch's stock default dtype, float32; the float64 sampler draws
     # other values from the same seed, so the dtype (and the device) must not follow the
     # caller's defaults.

@@ -588,7 +588,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         """Standardised test inputs on ``device_``; ``joint`` names a method that forms
         ``n x n`` blocks over the rows, whose memory is checked first."""
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        check_magnitude(X, "X", self._state.inputs.dtype)
+        device, dtype = self._current_device_dtype()
+        check_magnitude(X, "X", dtype)
         if joint is not None:
             n_test = X.shape[0]
             # float64 numpy n x n results: one per target of the covariance, one per layer
@@ -596,8 +597,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             copies = {"sample_y": 1, "predict_grams(full=True)": self.n_layers + 1}.get(
                 joint, 1 if self._single_target() else self.y_train_.shape[1])
             check_memory(
-                _test_bytes(n_test, self.X_train_.shape[0], self.n_layers,
-                            self._state.inputs.dtype, copies),
+                _test_bytes(n_test, self.X_train_.shape[0], self.n_layers, dtype, copies),
                 what=(f"DeepKernelProcessRegressor.{joint} on {n_test} rows (joint "
                       f"{n_test} x {n_test} covariances)"),
                 way_out=("ask for fewer query rows per call (split X into chunks: joint "
@@ -607,7 +607,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
                 device=self.device_,
             )
         X = (np.asarray(X, dtype=np.float64) - self.X_mean_) / self.X_scale_
-        return self._as_tensor(X, *self._current_device_dtype())
+        return self._as_tensor(X, device, dtype)
 
     def _single_target(self):
         return self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1
@@ -692,11 +692,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             If a value of X exceeds the largest supported magnitude (1e150 with
             ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         InsufficientMemoryError
-            Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
-            the memory available (ask for fewer draws, or call it on chunks of X).
-        InsufficientMemoryError
             Before any torch work, when the joint ``n x n`` blocks cannot fit in the
-            memory available on ``device_``.
+            memory available on ``device_``; before drawing, when the ``n_samples`` draws
+            and their buffers cannot (ask for fewer draws, or call it on chunks of X).
         """
         check_is_fitted(self)
         n_samples = check_n_samples(n_samples)

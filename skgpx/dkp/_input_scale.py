@@ -80,15 +80,15 @@ def transported_state(config, state, omega, whitened, order):
 
 
 def _value(config, state, omega, whitened, order):
-    """The objective at ``omega`` with the Grams transported (``-inf`` where a matrix of
-    the chain is not positive definite)."""
+    """The objective at ``omega`` with the Grams transported, and the transported state
+    (``(-inf, None)`` where a matrix of the chain is not positive definite)."""
     try:
         with torch.no_grad():
             moved = transported_state(config, state, omega, whitened, order)
             value = float(dkp_objective(config, moved))
     except (Breakdown, torch.linalg.LinAlgError):
-        return -math.inf
-    return value if math.isfinite(value) else -math.inf
+        return -math.inf, None
+    return (value, moved) if math.isfinite(value) else (-math.inf, None)
 
 
 def _gradient(config, state, omega, whitened, order):
@@ -119,7 +119,7 @@ def joint_input_scale_steps(config, state, n_steps):
         return 0
     if not math.isfinite(value):
         return 0
-    taken = 0
+    taken, moved = 0, None
     for _ in range(n_steps):
         gradient = _gradient(config, state, omega, whitened, order)
         if not bool(torch.isfinite(gradient).all()):
@@ -135,17 +135,19 @@ def joint_input_scale_steps(config, state, n_steps):
         for _ in range(_MAX_HALVINGS):
             trial = root @ _symmetric_function((size / norm) * direction, torch.exp) @ root
             trial = 0.5 * (trial + trial.mT)
-            trial_value = _value(config, state, trial, whitened, order)
+            trial_value, trial_state = _value(config, state, trial, whitened, order)
             if trial_value > value:
                 omega, value, state.omega_step = trial, trial_value, size
+                moved = trial_state
                 taken += 1
                 break
             size *= 0.5
         else:
             break
     if taken:
-        moved = transported_state(config, state, omega.detach(), whitened, order)
+        # the accepted trial's transported state (made without a graph), with its cached
+        # factorisations: the objective that ends the sweep reuses them
         state.omega = moved.omega
-        state.hidden_grams[:] = [gram.detach() for gram in moved.hidden_grams]
-        state.grams_cache = {}
+        state.hidden_grams[:] = moved.hidden_grams
+        state.grams_cache = moved.grams_cache
     return taken

@@ -20,6 +20,7 @@ from .._base import (
     check_memory,
     check_n_samples,
     prediction_generator,
+    resolve_dtype,
     progress_bar,
     rows_per_chunk,
     standard_normal,
@@ -34,6 +35,8 @@ __all__ = ["SmoothDRDRegressor"]
 
 _DENSE_MAX_FEATURES = 2048  # basis="auto": dense SE factors up to this many features
 _COVARIANCE_MAX_FEATURES = 1024  # compute_covariance="auto": store sigma_ up to this size
+# noise_floor=None, per dtype: below 1e-4 the float32 posterior matrices lose every digit
+_DEFAULT_NOISE_FLOOR = {torch.float64: 1e-6, torch.float32: 1e-4}
 _RHO_BOUNDS = (1e-6, 1e6)
 
 
@@ -420,7 +423,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
     def _relative_noise_floor(self):
         if self.noise_floor is not None:
             return float(self.noise_floor)
-        return 1e-4 if self.dtype == "float32" else 1e-6
+        return _DEFAULT_NOISE_FLOOR[resolve_dtype(self.dtype)]
 
     def _initial_state(self, config, extent, X, y):
         n, p = X.shape

@@ -294,7 +294,7 @@ class KEPSVGPClassifier(ClassifierMixin, ProbabilisticClassifierMixin, TorchEsti
                 generator=cpu_generator(train_seed),
             ).to(device=device, dtype=dtype)
             net = build_net(module, n_rows=X.shape[0], params=self.get_params(),
-                            seed=train_seed + 1, device=device)  # shuffling
+                            seed=train_seed + 1, device=device)  # the shuffling stream
             net.fit(Xt, yt)
         module.eval()
         # fitted attributes only once training has succeeded

@@ -343,7 +343,7 @@ def test_transport_keeps_the_hidden_terms_and_its_gradient_is_the_derivative():
     gradient = _input_scale._gradient(config, state, omega, whitened, order)
     direction = torch.tensor((B + B.T) / 2)
     h = 1e-5
-    values = [_input_scale._value(config, state, omega + s * h * direction, whitened, order)
+    values = [_input_scale._value(config, state, omega + s * h * direction, whitened, order)[0]
               for s in (1, -1)]
     assert (values[0] - values[1]) / (2 * h) == pytest.approx(
         float((gradient * direction).sum()), rel=1e-5)
