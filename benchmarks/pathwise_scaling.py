@@ -125,7 +125,8 @@ def setup(cfg):
                             MaternKernel, ScaleKernel)
         model = _botorch_model(state)
         with torch.no_grad():
-            post_mean = model.posterior(torch.as_tensor(Xs[:N_CHECK])).mean.squeeze(-1)
+            X_check = torch.as_tensor(Xs[:N_CHECK], dtype=torch.float64, device=cfg["device"])
+            post_mean = model.posterior(X_check).mean.squeeze(-1).cpu()
         state["parity"] = float(np.abs(post_mean.numpy() - state["ref_mean"]).max())
     elif method in ("ours", "ours-exact"):
         from skgpx import PathwiseGPSampler

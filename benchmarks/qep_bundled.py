@@ -50,6 +50,7 @@ Usage::
 
     .venv/bin/python benchmarks/qep_bundled.py --quick     # no digits, 20 epochs
     .venv/bin/python benchmarks/qep_bundled.py             # all six, 100 epochs, 1 seed
+    .venv/bin/python benchmarks/qep_bundled.py --device cuda --datasets digits  # on a GPU
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_bundled.{json,csv}``).
 """
@@ -117,7 +118,7 @@ def make_model(key, name, args, seed, d):
 
         common = dict(q=MODELS[key][1], n_inducing=128, kernel="matern32", ard=True,
                       n_mc_samples=10, n_mc_samples_predict=32, max_iter=args.epochs,
-                      batch_size=1024, lr=0.01, tol=None, device="cpu", dtype=args.dtype,
+                      batch_size=1024, lr=0.01, tol=None, device=args.device, dtype=args.dtype,
                       random_state=seed)
         model = (DeepQEPRegressor(hidden_dims=(3,), normalize_y=True, **common) if regression
                  else DeepQEPClassifier(hidden_dims=(10,), **common))
@@ -250,9 +251,16 @@ def parse_args(argv=None):
                    help=f"comma list from {','.join(DATASETS)} (all; --quick: no digits)")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma list from {','.join(MODELS)} (all)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="device of the deep models (cpu); sklearn's GPs run on the CPU")
     Q.add_dtype_argument(p)
     Q.add_output_arguments(p, "qep_bundled")
     args = p.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: CUDA is not available")
     if args.epochs is None:
         args.epochs = QUICK_EPOCHS if args.quick else DEFAULT_EPOCHS
     if args.datasets is None:
@@ -274,7 +282,7 @@ def main(argv=None):
     records, summary = Q.run_main(
         "qep_bundled.py  -  DeepQEPRegressor/DeepQEPClassifier on bundled substitutes of the "
         "paper's UCI sets vs sklearn's GPs", args,
-        f"deep models {args.dtype}; sklearn's GPs float64", run, report)
+        f"deep models {args.dtype} on {args.device}; sklearn's GPs float64", run, report)
     rows = (((), r) for per_model in records.values() for recs in per_model.values()
             for r in recs)
     Q.write_outputs(args, {"records": records, "summary": summary}, CSV_KEYS, rows)

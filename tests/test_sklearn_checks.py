@@ -62,13 +62,33 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
-@parametrize_with_checks(DEFAULTS, legacy=False, expected_failed_checks=lambda est: {},
-                         xfail_strict=True)
+def _without(checks, subset):
+    """The parametrisation ``checks`` less the (estimator, check) pairs of ``subset``, with
+    scikit-learn's own test ids."""
+    (argnames, params), kwargs = checks.mark.args, checks.mark.kwargs
+
+    def key(param):
+        estimator, check = getattr(param, "values", param)
+        return repr(estimator), kwargs["ids"](check)
+
+    shared = {key(param) for param in subset.mark.args[1]}
+    return pytest.mark.parametrize(argnames, [p for p in params if key(p) not in shared],
+                                   **kwargs)
+
+
+DEFAULT_API_CHECKS = parametrize_with_checks(
+    DEFAULTS, legacy=False, expected_failed_checks=lambda est: {}, xfail_strict=True)
+
+
+@DEFAULT_API_CHECKS
 def test_default_estimator_api(estimator, check):
     check(estimator)
 
 
+# the rest of the full suite on the defaults (the API checks above are part of it, and ran
+# twice before: about a minute of test time)
 @pytest.mark.slow
-@parametrize_with_checks(DEFAULTS, expected_failed_checks=lambda est: {}, xfail_strict=True)
+@_without(parametrize_with_checks(DEFAULTS, expected_failed_checks=lambda est: {},
+                                  xfail_strict=True), DEFAULT_API_CHECKS)
 def test_default_estimator_full(estimator, check):
     check(estimator)

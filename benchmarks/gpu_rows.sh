@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU checks in one command: every `gpu`-marked test, then the GPU row of each family's
+# benchmark, each step bounded by its own time limit so that one slow step cannot take the
+# others down. Written for a short loan of a CUDA machine (at most 8 min 45 s of work in
+# all, about 5 minutes on an H200).
+#
+# Usage, from the repository root of a machine with CUDA and the package's dependencies:
+#
+#     bash benchmarks/gpu_rows.sh [OUTDIR]      # logs in OUTDIR (benchmarks/results/gpu)
+#
+# PYTHON names the interpreter (python3). Every log ends up in OUTDIR, one per step (eight at
+# most), and the last lines of each are echoed as the step ends.
+set -u
+out=${1:-benchmarks/results/gpu}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 SCIPY_ARRAY_API=1 MKL_CBWR=AUTO,STRICT
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+step() {  # step NAME LIMIT_SECONDS TAIL_LINES COMMAND...
+    local name=$1 limit=$2 lines=$3 start rc
+    shift 3
+    echo "=== $name (limit ${limit} s): $*"
+    start=$(date +%s)
+    timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    echo "--- $name: exit $rc after $(($(date +%s) - start)) s"
+    tail -n "$lines" "$out/$name.log"
+}
+
+step tests 60 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
+    tests/test_show_versions.py tests/test_memory.py tests/test_krylov.py \
+    tests/pathwise/test_functions.py tests/dkp/test_estimator.py tests/dkp/test_riccati.py \
+    tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
+step pathwise_scaling 110 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
+    --configs 2000x8000,1000x100000 --methods numpy-chol,ours,botorch --repeats 3 --cutoff 45
+step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60
+step dkp 80 25 "$py" benchmarks/dkp_vs_adam.py --device cuda --dataset diabetes \
+    --lrs 0.03,0.01 --adam-budget 25 --repeats 2 --reference-sweeps 30
+step qep 60 25 "$py" benchmarks/qep_bundled.py --device cuda --datasets breast_cancer,digits \
+    --models q1,q2 --epochs 50
+step kepsvgp 45 30 "$py" benchmarks/kepsvgp_timing.py --device cuda --cutoff 10
+# basis="dense" is left out: at p = 256 it needs 33 iterations and more than 40 s on an H200
+# (43 s on one CPU thread), overhead-bound at that size on either device.
+step drd 90 25 "$py" benchmarks/drd_scale.py --device cuda --grids 16,32,64 --basis fourier \
+    --repeats 1 --cutoff 60
