@@ -59,6 +59,7 @@ Usage::
 
     .venv/bin/python benchmarks/pathwise_sparse.py                  # full protocol
     .venv/bin/python benchmarks/pathwise_sparse.py --quick          # smoke run
+    .venv/bin/python benchmarks/pathwise_sparse.py --device cuda --parts fit,draws  # on a GPU
     .venv/bin/python benchmarks/pathwise_sparse.py --parts w2       # one part
 """
 
@@ -337,7 +338,7 @@ def botorch_model(X, Z, q_mu, q_sqrt, amplitude, length_scale):
         dist.chol_variational_covar.copy_(torch.as_tensor(chol))
         strategy.variational_params_initialized.fill_(1)
     model.eval()
-    return model
+    return model.to(DEVICE)
 
 
 def botorch_draw(model, Xq, S, F, seed):
@@ -349,16 +350,19 @@ def botorch_draw(model, Xq, S, F, seed):
         paths = draw_matheron_paths(
             model, sample_shape=torch.Size([S]),
             prior_sampler=functools.partial(draw_kernel_feature_paths, num_features=F))
-        return paths, paths(torch.as_tensor(Xq))
+        return paths, paths(torch.as_tensor(Xq, device=DEVICE))
 
 
 # ---------------------------------------------------------------- ours
 
 
+DEVICE = "cpu"  # set in each child cell from --device (ours and BoTorch; GPyTorch stays on CPU)
+
+
 def ours(kernel, **params):
     from skgpx import PathwiseGPSampler
 
-    return PathwiseGPSampler(kernel, device="cpu", **params)
+    return PathwiseGPSampler(kernel, device=DEVICE, **params)
 
 
 def fitted_state(est):
@@ -383,7 +387,9 @@ def load_state(path):
 
 
 def setup(cfg):
+    global DEVICE
     warnings.filterwarnings("ignore")
+    DEVICE = cfg.get("device", "cpu")
     kind = cfg["kind"]
     state = {"cfg": cfg}
     if kind in ("ours-fit", "gpytorch-fit"):
@@ -472,8 +478,8 @@ def run_once(state):
                     prior_sampler=functools.partial(draw_kernel_feature_paths,
                                                     num_features=cfg["F"]))
             with C.Timer() as t_eval:
-                latent = paths(torch.as_tensor(state["Xs"]))  # (S, n*)
-                values = y_mean + y_std * latent.T.numpy()
+                latent = paths(torch.as_tensor(state["Xs"], device=DEVICE))  # (S, n*)
+                values = y_mean + y_std * latent.T.cpu().numpy()
         info = {"shape": list(values.shape), **_draw_check(values, *state["ref"])}
         return {"total": t_all.seconds, "build": t_build.seconds, "eval": t_eval.seconds,
                 "info": info}
@@ -618,7 +624,7 @@ def _run_w2(state):
             if name == "MC floor":
                 draws = PA.draw_floor(m, C_half, S, seed)
             elif name == "botorch (shared)":
-                draws = botorch_draw(state["bo_model"], Xg, S, F, seed)[1].T.numpy()
+                draws = botorch_draw(state["bo_model"], Xg, S, F, seed)[1].T.cpu().numpy()
             else:
                 draws = state["ests"][name].sample_y(Xg, n_samples=S, random_state=seed)
             seconds = time.perf_counter() - t0
@@ -633,7 +639,7 @@ def _run_w2(state):
 
 
 def cell(args, cfg, label, cutoff=None, mem_limit=None):
-    cfg = {"repeats": 1, "budget": 0.0, **cfg}
+    cfg = {"repeats": 1, "budget": 0.0, "device": args.device, **cfg}
     print(f"  running {label} ...", flush=True)
     rec = C.run_cell(SCRIPT, cfg, cutoff=cutoff or args.cutoff, label=label,
                      mem_limit=mem_limit or args.mem_fraction * C.total_ram_bytes())
@@ -669,6 +675,10 @@ def part_fit(args, tmp):
         key = f"gpytorch-{method}"
         if not C.available("gpytorch"):
             out[key] = {"status": "not installed"}
+            continue
+        if args.device != "cpu":  # the peers' fit is a CPU comparison
+            out[key] = {"status": "not run", "note": f"CPU peer, not run with --device "
+                                                     f"{args.device}"}
             continue
         out[key] = cell(args, {"kind": "gpytorch-fit", "n": n, "m": m, "method": method,
                                "lr": args.adam_lr, "target": target, "tol": args.elbo_tol,
@@ -992,9 +1002,14 @@ def parse_args(argv=None):
     C.add_timing_arguments(p, unit="run")
     p.add_argument("--mem-fraction", type=float, default=0.75,
                    help="kill a child whose RSS exceeds this fraction of RAM (DNF)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="device of our sampler and of BoTorch's paths (cpu); the GPyTorch fit "
+                        "peers run only on the CPU")
     p.add_argument("--json", default=None, help="also write all records to this JSON file")
     args = p.parse_args(argv)
     args.parts = C.parse_choices(p, args.parts, PARTS, "part")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: CUDA is not available")
     if args.quick:
         args.n_fit, args.n_big, args.m = 5_000, 20_000, 32
         args.peer_cap = min(args.peer_cap, 5.0)
