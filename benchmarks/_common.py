@@ -295,6 +295,12 @@ def available(*modules):
     return True
 
 
+def check_device(parser, device):
+    """Refuse ``--device cuda[:N]`` where CUDA is absent, with argparse's usage error."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {device}: CUDA is not available here")
+
+
 def parse_choices(parser, text, choices, what):
     """The comma list ``text`` as a list; ``parser.error`` on a name not in ``choices``."""
     names = [name for name in text.split(",") if name]

@@ -670,8 +670,7 @@ def main(argv=None):
         args.repeats, args.rmse_every = min(args.repeats, 2), min(args.rmse_every, 25) or 0
     lrs = [float(v) for v in args.lrs.split(",") if v]
     device = args.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        p.error(f"--device {device}: CUDA is not available here")
+    C.check_device(p, device)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = False
     C.print_header("dkp_vs_adam.py  -  point solver (10 sweeps) vs Adam on the same objective "

@@ -310,6 +310,7 @@ def parse_args(argv=None):
                    help=f"smoke run: 1 seed, reduced problems, max_iter={QUICK_MAX_ITER}")
     F.add_output_arguments(p, "drd_recovery")
     args = p.parse_args(argv)
+    C.check_device(p, args.device)
     args.kinds = C.parse_choices(p, args.kinds, KINDS, "kind")
     args.models = C.parse_choices(p, args.models, MODELS, "model")
     if args.seeds is None:

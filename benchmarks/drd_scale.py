@@ -46,7 +46,6 @@ import time
 import warnings
 
 import numpy as np
-import torch
 
 SCRIPT = os.path.abspath(__file__)
 BASES = ("fourier", "dense")
@@ -221,8 +220,7 @@ def parse_args(argv=None):
                         f"max_iter={QUICK_MAX_ITER}")
     F.add_output_arguments(p, "drd_scale")
     args = p.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: CUDA is not available")
+    C.check_device(p, args.device)
     args.grids = sorted({int(v) for v in args.grids.split(",") if v}) if args.grids else list(
         QUICK_GRIDS if args.quick else GRIDS)
     args.basis = C.parse_choices(p, args.basis, BASES, "basis")

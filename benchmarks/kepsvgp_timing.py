@@ -543,8 +543,7 @@ def main(argv=None):
     args.sizes = tuple(sorted(set(sizes)))
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: CUDA is not available")
+    C.check_device(p, args.device)
     device = "cuda" if args.device == "cuda" or (
         args.device == "auto" and torch.cuda.is_available()) else "cpu"
     args.device_resolved = device

@@ -354,6 +354,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--json", default=None, help="also write all records to this JSON file")
     args = p.parse_args(argv)
+    C.check_device(p, args.device)
     args.parts = C.parse_choices(p, args.parts, PARTS, "part")
     args.ranks = [int(r) for r in args.ranks.split(",") if r]
     args.oracle_ranks = [int(r) for r in args.oracle_ranks.split(",") if r]

@@ -436,6 +436,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write all records to this JSON file")
     args = p.parse_args(argv)
+    C.check_device(p, args.device)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(args.methods) - set(METHODS)
     if unknown:

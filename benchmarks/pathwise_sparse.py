@@ -1008,8 +1008,7 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="also write all records to this JSON file")
     args = p.parse_args(argv)
     args.parts = C.parse_choices(p, args.parts, PARTS, "part")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: CUDA is not available")
+    C.check_device(p, args.device)
     if args.quick:
         args.n_fit, args.n_big, args.m = 5_000, 20_000, 32
         args.peer_cap = min(args.peer_cap, 5.0)

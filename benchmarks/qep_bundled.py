@@ -256,11 +256,7 @@ def parse_args(argv=None):
     Q.add_dtype_argument(p)
     Q.add_output_arguments(p, "qep_bundled")
     args = p.parse_args(argv)
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            p.error("--device cuda: CUDA is not available")
+    C.check_device(p, args.device)
     if args.epochs is None:
         args.epochs = QUICK_EPOCHS if args.quick else DEFAULT_EPOCHS
     if args.datasets is None:

@@ -711,17 +711,19 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         mean, cov = propagate(self._cache, test, full=True)
         noise = float(self._state.weights[-1][1])
         cov = cov - noise * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
-        eigenvalues, eigenvectors = torch.linalg.eigh(cov)
+        eigenvalues, V = torch.linalg.eigh(cov)
         del cov
-        # the symmetric square root V diag(sqrt(lambda)) V^T is unique, unlike V alone (signs,
-        # order within equal eigenvalues): float32 and float64 give the same draws up to
-        # round-off
-        root = (eigenvectors * torch.sqrt(torch.clamp(eigenvalues, min=0.0))) @ eigenvectors.T
+        scales = torch.sqrt(torch.clamp(eigenvalues, min=0.0))
         n_targets = mean.shape[1]
         generator = prediction_generator(self, random_state)
         normals = standard_normal((test.shape[0], n_targets * n_samples), generator,
-                                  root.dtype, root.device)
-        draws = to_numpy(root @ normals).reshape(test.shape[0], n_targets, n_samples)
+                                  V.dtype, V.device)
+        # the symmetric square root V diag(sqrt(lambda)) V^T, which is unique, unlike V alone
+        # (signs, order within equal eigenvalues): float32 and float64 give the same draws up
+        # to round-off.  Applied in factored form, two products with the normals rather than
+        # an n x n x n product to form it
+        draws = to_numpy(V @ (scales[:, None] * (V.T @ normals)))
+        draws = draws.reshape(test.shape[0], n_targets, n_samples)
         draws = (to_numpy(mean)[:, :, None] + draws) * self.y_scale_[None, :, None]
         draws = draws + self.y_mean_[None, :, None]
         return draws[:, 0, :] if self._single_target() else draws
