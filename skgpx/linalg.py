@@ -15,6 +15,8 @@ __all__ = [
     "NotPositiveDefiniteError",
     "cholesky_solve",
     "gram",
+    "lower_matmul",
+    "matmul",
     "inverse_softplus",
     "jittered_cholesky",
     "logdet_from_cholesky",
@@ -178,8 +180,8 @@ def _cpu_blas_ready(*tensors):
                and not t.requires_grad and t.dim() == 2 and t.is_contiguous() for t in tensors)
 
 
-def gram(A):
-    """``A @ A.T`` for ``A`` of shape (m, b).
+def gram(A, out=None):
+    """``A @ A.T`` for ``A`` of shape (m, b), into ``out`` (m, m) when given.
 
     On the CPU by a symmetric rank-k update (numpy hands ``a @ a.T`` to BLAS ``syrk``):
     half the flops of a general product, and about 1.8x faster than torch's ``A @ A.T``
@@ -187,9 +189,46 @@ def gram(A):
     Elsewhere, or under autograd, a plain product.
     """
     if not _cpu_blas_ready(A):
-        return A @ A.T
+        return A @ A.T if out is None else torch.mm(A, A.T, out=out)
     a = A.numpy()
-    return torch.from_numpy(a @ a.T)
+    if out is None:
+        return torch.from_numpy(a @ a.T)
+    np.matmul(a, a.T, out=out.numpy())
+    return out
+
+
+def matmul(A, B, out=None):
+    """``A @ B`` for 2-D tensors, into ``out`` (a contiguous tensor) when given.
+
+    On the CPU without autograd through numpy's BLAS (OpenBLAS): measured on one core,
+    10-20 % faster than torch's product for (256 x 256) by (256 x 1024) and about 2x for
+    a (256 x 1024) by (1024 x 11) one, the shapes of the sparse bound's row chunks.
+    """
+    # numpy passes row- or column-major operands to BLAS as they are (transposed flags)
+    if not all(t.device.type == "cpu" and t.dtype == A.dtype and not t.requires_grad
+               and t.dim() == 2 for t in (A, B)) or A.dtype not in (torch.float32,
+                                                                  torch.float64):
+        return A @ B if out is None else torch.mm(A, B, out=out)
+    if out is None:
+        return torch.from_numpy(A.numpy() @ B.numpy())
+    np.matmul(A.numpy(), B.numpy(), out=out.numpy())
+    return out
+
+
+def lower_matmul(L, B, out, parts=4):
+    """``L @ B`` into ``out`` for a lower-triangular ``L`` (m, m), skipping its zeros.
+
+    Row block ``i`` of ``parts`` needs only the first ``(i + 1) m / parts`` columns of
+    ``L``: 5/8 of a full product's flops with four blocks (about 25 % faster on one CPU
+    core for m = 256; BLAS's own ``trmm`` is not faster than its ``gemm`` there).
+    """
+    m = L.shape[0]
+    if L.device.type != "cpu" or m < 4 * parts:
+        return matmul(L, B, out=out)
+    edges = [round(m * i / parts) for i in range(parts + 1)]
+    for start, stop in zip(edges[:-1], edges[1:]):
+        matmul(L[start:stop, :stop], B[:stop], out=out[start:stop])
+    return out
 
 
 def logdet_from_cholesky(factor):

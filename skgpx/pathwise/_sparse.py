@@ -44,7 +44,9 @@ import numpy as np
 import torch
 
 from .._base import rows_per_chunk
-from ..linalg import NotPositiveDefiniteError, gram, jittered_cholesky, solve_lower
+from ..linalg import (NotPositiveDefiniteError, gram, jittered_cholesky, lower_matmul, matmul,
+                      solve_lower)
+from ._features import Buffers
 
 # The row sums of the collapsed bound, in a fixed order (see the module docstring).
 STATISTICS = ("W", "w", "yy", "trace", "log_noise")
@@ -136,7 +138,10 @@ class StationaryCross:
 
     For ``[ConstantKernel *] RBF | Matern(3/2, 5/2)`` (``TorchKernel.stationary_signal``):
     ``r^2 = |z'|^2 + |x'|^2 - 2 z' . x'`` with ``z' = (z - c) / l`` (centred, so the
-    expansion's rounding, ``eps |x'|^2``, stays small), and with ``G = H * s kappa'(r^2)``
+    expansion's rounding, ``eps |x'|^2``, stays small).  Both norms ride along in the
+    product as two extra columns, and for the RBF so do ``log s`` and an optional
+    per-column log weight, so that one product and one ``exp`` give the weighted block
+    ``s exp(-r^2/2 + log w_j)``.  With ``G = H * s kappa'(r^2)``
 
     .. math::
 
@@ -156,46 +161,69 @@ class StationaryCross:
             self.center = Z.mean(0)
             self.Zs = (Z - self.center) / self.length_scale
             self.z_norm = (self.Zs * self.Zs).sum(1)
+            ones = torch.ones_like(self.z_norm)[:, None]
+            if self.profile == "rbf":  # log(s kappa) = [z', log s - |z'|^2/2, 1] . [x', 1, c]
+                log_scale = math.log(self.scale) if self.scale > 0 else -math.inf
+                self.Z_aug = torch.cat([self.Zs, (log_scale - 0.5 * self.z_norm)[:, None],
+                                        ones], 1)
+            else:  # r^2 = [z', |z'|^2, 1] . [-2 x', 1, |x'|^2]
+                self.Z_aug = torch.cat([self.Zs, self.z_norm[:, None], ones], 1)
 
-    def parts(self, X):
-        """``(kappa, kappa'(r^2), X')`` for the rows X: (m, b), (m, b), (b, d)."""
-        Xs = (X - self.center) / self.length_scale
-        r2 = torch.addmm(self.z_norm[:, None] + (Xs * Xs).sum(1)[None, :], self.Zs, Xs.T,
-                         alpha=-2.0).clamp_(min=0.0)
+    def standardised(self, X):
+        return (X - self.center) / self.length_scale
+
+    def _exponent(self, Xs, log_weight=None, out=None):
+        """``Z_aug X_aug^T``: the RBF's ``log(s kappa) + log w`` or the Matern's ``r^2``."""
+        x_norm = (Xs * Xs).sum(1, keepdim=True)
+        ones = torch.ones_like(x_norm)
         if self.profile == "rbf":
-            kappa = torch.exp(-0.5 * r2)
-            return kappa, -0.5 * kappa, Xs
+            last = -0.5 * x_norm if log_weight is None else log_weight[:, None] - 0.5 * x_norm
+            X_aug = torch.cat([Xs, ones, last], 1)
+        else:
+            X_aug = torch.cat([-2.0 * Xs, ones, x_norm], 1)
+        return torch.mm(self.Z_aug, X_aug.T, out=out)
+
+    def weighted_block(self, Xs, log_weight=None, out=None):
+        """``k(Z, X) diag(exp(log_weight))`` (m, b) from standardised rows; for the
+        Matern profiles also ``s kappa'(r^2)`` (unweighted), else None."""
+        E = self._exponent(Xs, log_weight, out)
+        if self.profile == "rbf":
+            return E.exp_(), None
+        r2 = E.clamp_(min=0.0)
         root = math.sqrt(3.0 if self.profile == "matern32" else 5.0)
-        z = root * torch.sqrt(r2)
+        z = r2.sqrt_().mul_(root)
         e = torch.exp(-z)
         if self.profile == "matern32":  # (1 + z) e^-z,  d/dr^2 = -(3/2) e^-z
-            return (1.0 + z) * e, -1.5 * e, Xs
-        # (1 + z + z^2/3) e^-z,  d/dr^2 = -(5/6)(1 + z) e^-z
-        return (1.0 + z + z * z / 3.0) * e, (-5.0 / 6.0) * (1.0 + z) * e, Xs
+            slope = e * (-1.5 * self.scale)
+            K = z.add_(1.0).mul_(e)
+        else:  # (1 + z + z^2/3) e^-z,  d/dr^2 = -(5/6)(1 + z) e^-z
+            slope = (z + 1.0).mul_(e).mul_(-5.0 / 6.0 * self.scale)
+            K = z.add_(z * z / 3.0).add_(1.0).mul_(e)
+        K.mul_(self.scale)  # K is E's storage, so ``out`` when given
+        if log_weight is not None:
+            K.mul_(torch.exp(log_weight))
+        return K, slope
 
     def block(self, X):
         """``k(Z, X)``: (m, b), formed in place (no derivative terms)."""
-        Xs = (X - self.center) / self.length_scale
-        r2 = torch.addmm(self.z_norm[:, None] + (Xs * Xs).sum(1)[None, :], self.Zs, Xs.T,
-                         alpha=-2.0).clamp_(min=0.0)
-        if self.profile == "rbf":
-            return r2.mul_(-0.5).exp_().mul_(self.scale)
-        root = math.sqrt(3.0 if self.profile == "matern32" else 5.0)
-        z = r2.sqrt_().mul_(root)
-        poly = 1.0 + z if self.profile == "matern32" else 1.0 + z + z * z / 3.0
-        return poly.mul_(z.neg_().exp_()).mul_(self.scale)
+        return self.weighted_block(self.standardised(X))[0]
 
-    def pullback(self, H, kappa, dkappa, Xs):
-        """Gradients of ``<H, K>`` with respect to ``s``, ``l`` (its shape) and ``Z``."""
-        G = H * dkappa * self.scale
-        row, col, GX = G.sum(1), G.sum(0), G @ Xs
+    def pullback(self, GM, weight, Xs, GM_colsum):
+        """Gradients of ``<G, r^2>`` for ``G = GM diag(weight)``: ``(d l, d Z)``.
+
+        ``G`` is never formed: its row sums and ``G X'`` come from one product of ``GM``
+        with ``[weight * X', weight]``, its column sums are ``weight * GM_colsum``.
+        """
+        both = matmul(GM, torch.cat([weight[:, None] * Xs, weight[:, None]], 1))
+        GX, row = both[:, :-1], both[:, -1]
+        col = weight * GM_colsum
         spread = ((self.Zs * self.Zs) * row[:, None]).sum(0) + ((Xs * Xs) * col[:, None]).sum(0)
         spread = spread - 2.0 * (self.Zs * GX).sum(0)  # (d,)
         d_length = -2.0 * spread / self.length_scale
         if self.length_scale.numel() == 1:
             d_length = d_length.sum().reshape(1)
         d_Z = 2.0 * (self.Zs * row[:, None] - GX) / self.length_scale
-        return (H * kappa).sum(), d_length, d_Z
+        return d_length, d_Z
 
 
 def stationary_cross(kernel, theta, Z):
@@ -204,25 +232,44 @@ def stationary_cross(kernel, theta, Z):
     return None if spec is None else StationaryCross(spec, theta, Z)
 
 
-def chunk_statistics(kernel, theta, Z, L, X, Y, alpha, cross=None, L_inverse=None):
+def chunk_statistics(kernel, theta, Z, L, X, Y, alpha, cross=None, L_inverse=None,
+                     buffers=None):
     """The row sums over the rows ``X`` (b x d), ``Y`` (b x T), ``alpha`` (b,).
 
     ``cross`` is an optional :class:`StationaryCross` of the same kernel at ``theta``;
     ``L_inverse`` an optional ``L^{-1}``: one matrix product whitens the block about
     twice as fast as a triangular solve, with the same accuracy here (both are
-    backward stable for the lower-triangular factor of a jittered ``Kzz``).
+    backward stable for the lower-triangular factor of a jittered ``Kzz``).  With both
+    (no autograd), the block comes out of the cross-kernel already scaled by
+    ``sqrt(beta)`` and one ``(m + T)``-row syrk gives ``W``, ``w`` and the target term;
+    ``buffers`` (a :class:`Buffers`) then holds the chunk's large intermediates.
     """
-    K = kernel(Z, X, theta=theta, part="signal") if cross is None else cross.block(X)
     noise = noise_of(kernel, theta, alpha)
     beta = 1.0 / noise
     root_beta = beta.sqrt()
+    trace = (beta * kernel.diag(X, theta, part="signal")).sum()
+    log_noise_rows = torch.log(noise)
+    log_noise = log_noise_rows.sum()
+    m, T = Z.shape[0], Y.shape[1]
+    if cross is not None and L_inverse is not None:
+        buffers = Buffers() if buffers is None else buffers
+        b = X.shape[0]
+        K_scaled, _ = cross.weighted_block(cross.standardised(X), -0.5 * log_noise_rows,
+                                           out=buffers.get("block", (m, b), X))
+        stacked = buffers.get("stacked", (m + T, b), X)
+        lower_matmul(L_inverse, K_scaled, stacked[:m])  # A = L^-1 K diag(sqrt(beta))
+        stacked[m:] = (root_beta[:, None] * Y).T
+        # [[A A^T, A y~], [y~^T A^T, y~^T y~]]; a new tensor: the sums outlive the chunk
+        S = gram(stacked)
+        return SparseStatistics(W=S[:m, :m], w=S[:m, m:], yy=S[m:, m:].diagonal().sum(),
+                                trace=trace, log_noise=log_noise, n=X.shape[0])
+    K = kernel(Z, X, theta=theta, part="signal") if cross is None else cross.block(X)
     # whitened and scaled: A = L^-1 K diag(sqrt(beta)), (m, b); W = A A^T by syrk
     A = solve_lower(L, K) if L_inverse is None else L_inverse @ K
     A = A.mul_(root_beta) if not A.requires_grad else A * root_beta
     return SparseStatistics(
         W=gram(A), w=A @ (root_beta[:, None] * Y), yy=(beta[:, None] * Y * Y).sum(),
-        trace=(beta * kernel.diag(X, theta, part="signal")).sum(),
-        log_noise=torch.log(noise).sum(), n=X.shape[0],
+        trace=trace, log_noise=log_noise, n=X.shape[0],
     )
 
 
@@ -261,9 +308,10 @@ def accumulate_statistics(kernel, theta, Z, L, X, Y, alpha, batch_size):
     with torch.no_grad():
         cross = stationary_cross(kernel, theta, Z)
         L_inverse = solve_lower(L, torch.eye(L.shape[0], dtype=L.dtype, device=L.device))
+        L_inverse, buffers = L_inverse.contiguous(), Buffers()
         for rows in _chunks(X.shape[0], Z.shape[0], batch_size, X.device):
             part = chunk_statistics(kernel, theta, Z, L, X[rows], Y[rows], alpha[rows], cross,
-                                    L_inverse)
+                                    L_inverse, buffers)
             total = part if total is None else total + part
     return total
 
@@ -279,10 +327,16 @@ def inducing_cholesky(kernel, theta, Z, jitter, warn=False):
     Kzz = kernel(Z, theta=theta, part="signal")
     if Kzz.dtype == torch.float32:
         jitter = max(jitter, 1e-6)
-    scale = float(Kzz.detach().diagonal().mean().abs()) or 1.0
+    mean_diag = Kzz.diagonal().mean().abs()
+    scale = float(mean_diag.detach()) or 1.0
     base = jitter * scale
+    # The jitter follows the kernel's scale on the autograd graph too: held constant,
+    # it made d bound / d log(s) wrong by about 1 nat on 20 000 rows (cond(Kzz) ~ 1e8),
+    # and L-BFGS-B then spent its last evaluations on line searches that fail.
+    diagonal = jitter * mean_diag if float(mean_diag.detach()) > 0 else base
+    Kzz = Kzz + diagonal * torch.eye(Kzz.shape[0], dtype=Kzz.dtype, device=Kzz.device)
     L, extra = jittered_cholesky(
-        Kzz, base_jitter=base, jitter=max(10 * jitter, 1e-12), max_jitter=1e-3, warn=warn,
+        Kzz, jitter=max(10 * jitter, 1e-12), max_jitter=1e-3, warn=warn,
         name="inducing kernel matrix Kzz",
         advice="use fewer or more spread-out inducing points, or a larger length-scale bound",
     )
@@ -417,28 +471,52 @@ def _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size):
 def _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cross):
     """Pass 2 in closed form for a stationary signal (:class:`StationaryCross`).
 
-    Accumulates the gradients with respect to ``s``, ``l``, the white-noise level and
-    Z over the chunks, then maps ``(s, l, noise)`` to theta on a graph of a few scalars.
+    A chunk's share is linear in its block ``K`` with the weights
+    ``H = (2 G_P K + G_b Y^T) diag(beta)``, and in ``beta`` with the per-row weights
+    ``k_i^T G_P k_i + k_i^T G_b y_i + g_yy |y_i|^2``.  One product of
+    ``[[G_P, G_b/2], [G_b^T/2, 0]]`` with ``[K; Y^T]`` gives ``M = G_P K + G_b Y^T/2``
+    and ``G_b^T K / 2``; ``H = 2 M diag(beta)`` is never formed, its weighting is left on
+    vectors (for the RBF, ``G = H * s kappa' = -(M * K) diag(beta)``), so a chunk costs
+    two large products and three passes over an ``m x b`` array.  Accumulates the
+    gradients with respect to ``s``, ``l``, the white-noise level and Z over the chunks,
+    then maps ``(s, l, noise)`` to theta on a graph of a few scalars.
     """
     G_P, G_b, g_yy, g_trace, g_log = adjoints
+    m, T = G_b.shape
     _, scale_of, length_of = kernel.stationary_signal()
     with torch.no_grad():
+        G_aug = G_P.new_zeros(m + T, m + T)
+        G_aug[:m, :m] = G_P
+        G_aug[:m, m:] = 0.5 * G_b
+        G_aug[m:, :m] = 0.5 * G_b.T
         white = kernel.noise_level(theta_.detach())
         d_scale = torch.zeros((), dtype=X.dtype, device=X.device)
         d_length = torch.zeros_like(cross.length_scale)
         d_white = torch.zeros((), dtype=X.dtype, device=X.device)
         d_Z = torch.zeros_like(Z_)
-        for rows in _chunks(X.shape[0], Z_.shape[0], batch_size, X.device):
+        buffers = Buffers()
+        for rows in _chunks(X.shape[0], m, batch_size, X.device):
             Yc = Y[rows]
-            kappa, dkappa, Xs = cross.parts(X[rows])
-            K = cross.scale * kappa
+            Xs = cross.standardised(X[rows])
             beta = 1.0 / (alpha[rows] + white)
-            GK = G_P @ K
-            GbY = _outer(G_b, Yc)
-            H = (2.0 * GK + GbY) * beta  # d share / d K
-            per_row = (K * (GK + GbY)).sum(0) + g_yy * (Yc * Yc).sum(1)
-            ds, dl, dz = cross.pullback(H, kappa, dkappa, Xs)
-            d_scale += ds + g_trace * beta.sum()  # the trace term is sum_i beta_i s
+            b = Xs.shape[0]
+            stacked = buffers.get("stacked", (m + T, b), Xs)
+            K, slope = cross.weighted_block(Xs, out=stacked[:m])
+            stacked[m:] = Yc.T
+            product = matmul(G_aug, stacked, out=buffers.get("product", (m + T, b), Xs))
+            M, half_GbK = product[:m], product[m:]
+            GM = None if slope is None else M * slope  # Matern: G = 2 (M * slope) diag(beta)
+            KM = M.mul_(K)
+            KM_colsum = KM.sum(0)
+            if GM is None:  # RBF: s kappa' = -K / 2
+                dl, dz = cross.pullback(KM, -beta, Xs, KM_colsum)
+            else:
+                dl, dz = cross.pullback(GM, 2.0 * beta, Xs, GM.sum(0))
+            per_row = KM_colsum + (Yc * half_GbK.T).sum(1) + g_yy * (Yc * Yc).sum(1)
+            # d <H, K> / d s = <H, K> / s (K = s kappa); s = 0 only when it is fixed
+            if cross.scale > 0:
+                d_scale += 2.0 * (beta * KM_colsum).sum() / cross.scale
+            d_scale += g_trace * beta.sum()  # the trace term is sum_i beta_i s
             d_length += dl
             d_Z += dz
             # beta_i = 1 / (alpha_i + white): d beta / d white = -beta^2
