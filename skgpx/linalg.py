@@ -205,9 +205,10 @@ def matmul(A, B, out=None):
     a (256 x 1024) by (1024 x 11) one, the shapes of the sparse bound's row chunks.
     """
     # numpy passes row- or column-major operands to BLAS as they are (transposed flags)
-    if not all(t.device.type == "cpu" and t.dtype == A.dtype and not t.requires_grad
-               and t.dim() == 2 for t in (A, B)) or A.dtype not in (torch.float32,
-                                                                  torch.float64):
+    on_blas = A.dtype in (torch.float32, torch.float64) and all(
+        t.device.type == "cpu" and t.dtype == A.dtype and not t.requires_grad and t.dim() == 2
+        for t in (A, B))
+    if not on_blas:
         return A @ B if out is None else torch.mm(A, B, out=out)
     if out is None:
         return torch.from_numpy(A.numpy() @ B.numpy())
