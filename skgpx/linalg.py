@@ -17,6 +17,7 @@ __all__ = [
     "gram",
     "lower_matmul",
     "matmul",
+    "upper_matmul",
     "inverse_softplus",
     "jittered_cholesky",
     "logdet_from_cholesky",
@@ -229,6 +230,18 @@ def lower_matmul(L, B, out, parts=4):
     edges = [round(m * i / parts) for i in range(parts + 1)]
     for start, stop in zip(edges[:-1], edges[1:]):
         matmul(L[start:stop, :stop], B[:stop], out=out[start:stop])
+    return out
+
+
+def upper_matmul(U, B, out, parts=4):
+    """``U @ B`` into ``out`` for an upper-triangular ``U`` (m, m), skipping its zeros
+    (row block ``i`` needs the columns from its own first row on; see ``lower_matmul``)."""
+    m = U.shape[0]
+    if U.device.type != "cpu" or m < 4 * parts:
+        return matmul(U, B, out=out)
+    edges = [round(m * i / parts) for i in range(parts + 1)]
+    for start, stop in zip(edges[:-1], edges[1:]):
+        matmul(U[start:stop, start:], B[start:], out=out[start:stop])
     return out
 
 

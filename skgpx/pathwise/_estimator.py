@@ -119,7 +119,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         ``minibatch_size`` is set).  A callable has scikit-learn's signature
         ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)``
         (``initial_theta`` then also holds the flattened inducing inputs when they
-        are learnt).  None keeps the kernel's hyperparameters.
+        are learnt).  None keeps the kernel's hyperparameters.  In sparse mode L-BFGS-B
+        minimises the negative bound per training row and also stops once no
+        log-hyperparameter moves it by more than ``1e-6`` per row and unit step (the
+        projected-gradient test): a sum over many rows otherwise keeps the optimizer
+        on length scales of irrelevant features creeping towards their bound.
     n_restarts_optimizer : int, default=0
         Extra optimizer runs from initial ``theta`` drawn uniformly (log scale) within
         the bounds, which must then be finite.

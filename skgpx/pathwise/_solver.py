@@ -45,12 +45,34 @@ class Packing:
         return theta, Z
 
 
-def lbfgs(obj_func, x0, bounds, max_iter, on_step):
-    """scipy's L-BFGS-B with a ConvergenceWarning when it stops without converging."""
+# Sparse fits stop once no log-hyperparameter moves the bound by more than this per
+# training row and unit step (L-BFGS-B's projected-gradient test on the bound / n).
+SPARSE_GRADIENT_TOL = 1e-6
+
+
+def lbfgs(obj_func, x0, bounds, max_iter, on_step, n_rows=None):
+    """scipy's L-BFGS-B with a ConvergenceWarning when it stops without converging.
+
+    With ``n_rows`` (sparse mode), it minimises ``obj_func / n_rows`` with the
+    projected-gradient tolerance :data:`SPARSE_GRADIENT_TOL`; the value returned is on
+    the scale of ``obj_func`` either way.
+    """
+    options = {"maxiter": max_iter}
+    if n_rows is not None:
+        options["gtol"] = SPARSE_GRADIENT_TOL
+
+    def objective(x):
+        if n_rows is None:
+            return obj_func(x)
+        value, grad = obj_func(x)
+        return value / n_rows, grad / n_rows
+
     result = scipy.optimize.minimize(
-        obj_func, x0, method="L-BFGS-B", jac=True, bounds=bounds,
-        options={"maxiter": max_iter}, callback=lambda *args: on_step(),
+        objective, x0, method="L-BFGS-B", jac=True, bounds=bounds,
+        options=options, callback=lambda *args: on_step(),
     )
+    if n_rows is not None:
+        result.fun = result.fun * n_rows
     if result.status != 0:
         warnings.warn(
             f"L-BFGS-B stopped without converging ({result.message}); increase "
@@ -202,7 +224,8 @@ def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
                                           else [])
         return -elbo, -np.concatenate(grad).astype(np.float64)
 
-    x, _ = run_optimizer(est, value_and_grad, starts, packing.bounds, history)
+    x, _ = run_optimizer(est, value_and_grad, starts, packing.bounds, history,
+                         n_rows=rows.X.shape[0])
     _, Z_opt = packing.unpack(x, Z, device, dtype)
     return np.asarray(x[: packing.n_theta], dtype=np.float64), Z_opt
 
@@ -238,8 +261,11 @@ def _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history):
     return best[1], best[2]
 
 
-def run_optimizer(est, value_and_grad, starts, bounds, history):
-    """Run the optimizer from every start; returns the best (x, f_min)."""
+def run_optimizer(est, value_and_grad, starts, bounds, history, n_rows=None):
+    """Run the optimizer from every start; returns the best (x, f_min).
+
+    ``n_rows``: the sparse bound's number of rows, for L-BFGS-B's per-row test (``lbfgs``).
+    """
 
     def obj_func(x, eval_gradient=True):
         result = value_and_grad(np.asarray(x, dtype=np.float64), eval_gradient)
@@ -261,7 +287,7 @@ def run_optimizer(est, value_and_grad, starts, bounds, history):
                                on_step=lambda: bar.update(1))
             else:
                 x, fmin = lbfgs(obj_func, x0, bounds, est.max_iter,
-                                on_step=lambda: bar.update(1))
+                                on_step=lambda: bar.update(1), n_rows=n_rows)
             optima.append((x, fmin))
             if est.verbose >= 2:
                 bar.write(f"run {run}: neg log marginal likelihood {fmin:.6g}",

@@ -28,13 +28,15 @@ digits, enough to make the bound jump by 0.5 nats under 1e-15 changes of theta w
 inducing inputs crowd (then L-BFGS stops abnormally).
 
 The gradient takes a second pass.  With ``G_W``, ``G_w`` the adjoints of the bound with
-respect to ``W`` and ``w``, the unwhitened sums ``P = L W L^T`` and ``b = L w`` have the
-adjoints ``G_P = L^{-T} G_W L^{-1}`` and ``G_b = L^{-T} G_w``; each chunk's kernel block is
-recomputed with autograd and ``sum_i beta_i (k_i^T G_P k_i + k_i^T G_b y_i)`` is
-backpropagated (a vector-Jacobian product), while the dependence on ``L`` through ``Kzz``
-is differentiated once on the small ``m x m`` graph.  A gradient costs two passes and
-about ``3 n m^2`` flops.  The optimal ``q(u) = N(mu_u, R R^T)`` has ``R = L L_B^{-T}``
-and ``mu_u = R c``.
+respect to ``W`` and ``w``, holding ``L`` fixed, a chunk contributes
+``sum_i beta_i (a_i^T G_W a_i + a_i^T G_w y_i)``: its kernel block is recomputed and
+whitened again, and the derivative with respect to the block,
+``L^{-T} (2 G_W A + G_w Y^T) diag(beta)``, is formed from the whitened block (the
+unwhitened adjoint ``L^{-T} G_W L^{-1}`` has entries of size ``cond(Kzz)`` that cancel,
+and made the gradient of a 200 000-row bound wrong by 1e-4 per row).  The dependence on
+``L`` through ``Kzz`` is differentiated once on the small ``m x m`` graph.  A value and
+gradient cost about ``7 n m^2`` flops in products (four of them triangular).  The optimal
+``q(u) = N(mu_u, R R^T)`` has ``R = L L_B^{-T}`` and ``mu_u = R c``.
 """
 
 import math
@@ -45,7 +47,7 @@ import torch
 
 from .._base import rows_per_chunk
 from ..linalg import (NotPositiveDefiniteError, gram, jittered_cholesky, lower_matmul, matmul,
-                      solve_lower)
+                      solve_lower, upper_matmul)
 from ._features import Buffers
 
 # The row sums of the collapsed bound, in a fixed order (see the module docstring).
@@ -391,9 +393,9 @@ def elbo_value_and_grad(kernel, theta, Z, rows, *, jitter, batch_size,
     Pass 1 accumulates the whitened row sums without a graph.  The bound is then
     differentiated with respect to the sums (their adjoints) and, through ``L`` and
     ``Kzz``, directly with respect to theta and Z.  Pass 2 recomputes each chunk's
-    kernel block with autograd and backpropagates the linearisation
-    ``sum_i beta_i (k_i^T G_P k_i + k_i^T G_b y_i) + ...``; the ``P`` term's gradient
-    ``2 beta_i G_P k_i`` is formed with one product instead of autograd's two.
+    kernel block and backpropagates the linearisation
+    ``sum_i beta_i (a_i^T G_W a_i + a_i^T G_w y_i) + ...`` in whitened form
+    (:func:`whitened_weights`).
 
     Returns
     -------
@@ -428,12 +430,14 @@ def elbo_value_and_grad(kernel, theta, Z, rows, *, jitter, batch_size,
     G_W, G_w, g_yy, g_trace, g_log = grads[:5]
     direct = [zero(t) if g is None else g for t, g in zip(direct, grads[5:])]
     with torch.no_grad():
-        G_W = 0.5 * (G_W + G_W.T)
-        left = torch.linalg.solve_triangular(L0.T, G_W, upper=True)  # L^-T G_W
-        G_P = torch.linalg.solve_triangular(L0.T, left.T, upper=True)  # L^-T G_W L^-1
-        G_P = 0.5 * (G_P + G_P.T)
-        G_b = torch.linalg.solve_triangular(L0.T, G_w, upper=True)
-    adjoints = tuple(g.detach() for g in (G_P, G_b, g_yy, g_trace, g_log))
+        m, T = G_w.shape
+        # [[G_W, G_w/2], [G_w^T/2, 0]]: one product with [A; Y^T] per chunk (WhitenedAdjoint)
+        G_aug = G_W.new_zeros(m + T, m + T)
+        G_aug[:m, :m] = 0.5 * (G_W + G_W.T)
+        G_aug[:m, m:] = 0.5 * G_w
+        G_aug[m:, :m] = 0.5 * G_w.T
+        L_inverse = solve_lower(L0, torch.eye(m, dtype=L0.dtype, device=L0.device)).contiguous()
+    adjoints = tuple(g.detach() for g in (G_aug, L_inverse, g_yy, g_trace, g_log))
     shares = rows.map_sum(block_gradient, kernel, theta.detach(), Z.detach(), adjoints,
                           batch_size, grad_theta, grad_Z)
     n_theta = theta.numel()
@@ -442,26 +446,49 @@ def elbo_value_and_grad(kernel, theta, Z, rows, *, jitter, batch_size,
     return float(elbo.detach()), out_theta, out_Z
 
 
-def _outer(G_b, Yc):
-    """``G_b @ Yc^T``: (m, b); one target by broadcasting (a rank-1 GEMM is 6x slower)."""
-    return G_b * Yc.T if G_b.shape[1] == 1 else G_b @ Yc.T
+def whitened_weights(K, Yc, G_aug, L_inverse, buffers):
+    r"""A chunk's weights in the linearised bound, computed in whitened form.
+
+    With ``A = L^{-1} K`` and ``[[G_W, G_w/2], [G_w^T/2, 0]] [A; Y^T] = [R; G_w^T A / 2]``:
+
+    * ``M = L^{-T} R = L^{-T} (G_W A + G_w Y^T / 2)``, so that the share's derivative
+      with respect to ``K`` is ``2 M diag(beta)`` (``K`` in the unit-noise scaling);
+    * the per-row weights ``a_i^T G_W a_i + a_i^T G_w y_i``, which are also
+      ``a_i^T R_i + y_i^T G_w^T a_i / 2`` with ``a_i^T R_i = colsum(K * M)_i``.
+
+    Forming ``L^{-T} G_W L^{-1}`` once and multiplying it with ``K`` is cheaper by two
+    triangular products but cancels terms of size ``cond(Kzz)``: on 200 000 rows of
+    friedman1 the gradient was then wrong by 1e-4 per row, above its true value near the
+    optimum, and L-BFGS-B could not converge.  Returns ``(M, a^T R, per_row)``; ``M``
+    lives in ``buffers``.
+    """
+    m, b = K.shape
+    stacked = buffers.get("whitened", (m + Yc.shape[1], b), K)
+    lower_matmul(L_inverse, K, stacked[:m])  # A
+    stacked[m:] = Yc.T
+    product = matmul(G_aug, stacked, out=buffers.get("product", stacked.shape, K))
+    R, half_GwA = product[:m], product[m:]
+    aR = (stacked[:m] * R).sum(0)
+    M = upper_matmul(L_inverse.T, R, buffers.get("weights", (m, b), K))
+    return M, aR, aR + (Yc * half_GwA.T).sum(1)
 
 
 def _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size):
     """Pass 2 by autograd through each chunk's kernel block (any kernel)."""
-    G_P, G_b, g_yy, g_trace, g_log = adjoints
+    G_aug, L_inverse, g_yy, g_trace, g_log = adjoints
+    buffers = Buffers()
     for rows in _chunks(X.shape[0], Z_.shape[0], batch_size, X.device):
         Xc, Yc = X[rows], Y[rows]
         K = kernel(Z_, Xc, theta=theta_, part="signal")
         noise = noise_of(kernel, theta_, alpha[rows])
         beta = 1.0 / noise
         with torch.no_grad():
-            # the chunk's share is linear in K with these weights (beta held fixed) ...
-            GK = G_P @ K
-            GbY = _outer(G_b, Yc)
-            weights = (2.0 * GK + GbY) * beta
-            # ... and linear in beta with these (K held fixed)
-            per_row = (K * (GK + GbY)).sum(0) + g_yy * (Yc * Yc).sum(1)
+            # the chunk's share is linear in K with weights 2 M diag(beta) (beta held
+            # fixed) and linear in beta with the per-row weights (K held fixed)
+            M, _, per_row = whitened_weights(K.detach().contiguous(), Yc, G_aug, L_inverse,
+                                             buffers)
+            weights = 2.0 * M * beta
+            per_row = per_row + g_yy * (Yc * Yc).sum(1)
         surrogate = ((K * weights).sum() + (beta * per_row).sum()
                      + g_trace * (beta * kernel.diag(Xc, theta_, part="signal")).sum()
                      + g_log * torch.log(noise).sum())
@@ -471,24 +498,18 @@ def _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size):
 def _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cross):
     """Pass 2 in closed form for a stationary signal (:class:`StationaryCross`).
 
-    A chunk's share is linear in its block ``K`` with the weights
-    ``H = (2 G_P K + G_b Y^T) diag(beta)``, and in ``beta`` with the per-row weights
-    ``k_i^T G_P k_i + k_i^T G_b y_i + g_yy |y_i|^2``.  One product of
-    ``[[G_P, G_b/2], [G_b^T/2, 0]]`` with ``[K; Y^T]`` gives ``M = G_P K + G_b Y^T/2``
-    and ``G_b^T K / 2``; ``H = 2 M diag(beta)`` is never formed, its weighting is left on
-    vectors (for the RBF, ``G = H * s kappa' = -(M * K) diag(beta)``), so a chunk costs
-    two large products and three passes over an ``m x b`` array.  Accumulates the
-    gradients with respect to ``s``, ``l``, the white-noise level and Z over the chunks,
-    then maps ``(s, l, noise)`` to theta on a graph of a few scalars.
+    A chunk's share is linear in its block ``K`` with the weights ``2 M diag(beta)`` and
+    in ``beta`` with per-row weights (:func:`whitened_weights`).  The beta weighting is
+    left on vectors (for the RBF, ``G = H * s kappa' = -(M * K) diag(beta)``), so that a
+    chunk costs three large products (two of them triangular) and a few passes over an
+    ``m x b`` array.  Accumulates the gradients with respect to ``s``, ``l``, the
+    white-noise level and Z over the chunks, then maps ``(s, l, noise)`` to theta on a
+    graph of a few scalars.
     """
-    G_P, G_b, g_yy, g_trace, g_log = adjoints
-    m, T = G_b.shape
+    G_aug, L_inverse, g_yy, g_trace, g_log = adjoints
+    m = L_inverse.shape[0]
     _, scale_of, length_of = kernel.stationary_signal()
     with torch.no_grad():
-        G_aug = G_P.new_zeros(m + T, m + T)
-        G_aug[:m, :m] = G_P
-        G_aug[:m, m:] = 0.5 * G_b
-        G_aug[m:, :m] = 0.5 * G_b.T
         white = kernel.noise_level(theta_.detach())
         d_scale = torch.zeros((), dtype=X.dtype, device=X.device)
         d_length = torch.zeros_like(cross.length_scale)
@@ -499,20 +520,14 @@ def _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cros
             Yc = Y[rows]
             Xs = cross.standardised(X[rows])
             beta = 1.0 / (alpha[rows] + white)
-            b = Xs.shape[0]
-            stacked = buffers.get("stacked", (m + T, b), Xs)
-            K, slope = cross.weighted_block(Xs, out=stacked[:m])
-            stacked[m:] = Yc.T
-            product = matmul(G_aug, stacked, out=buffers.get("product", (m + T, b), Xs))
-            M, half_GbK = product[:m], product[m:]
+            K, slope = cross.weighted_block(Xs, out=buffers.get("block", (m, Xs.shape[0]), Xs))
+            M, KM_colsum, per_row = whitened_weights(K, Yc, G_aug, L_inverse, buffers)
             GM = None if slope is None else M * slope  # Matern: G = 2 (M * slope) diag(beta)
-            KM = M.mul_(K)
-            KM_colsum = KM.sum(0)
             if GM is None:  # RBF: s kappa' = -K / 2
-                dl, dz = cross.pullback(KM, -beta, Xs, KM_colsum)
+                dl, dz = cross.pullback(M.mul_(K), -beta, Xs, KM_colsum)
             else:
                 dl, dz = cross.pullback(GM, 2.0 * beta, Xs, GM.sum(0))
-            per_row = KM_colsum + (Yc * half_GbK.T).sum(1) + g_yy * (Yc * Yc).sum(1)
+            per_row = per_row + g_yy * (Yc * Yc).sum(1)
             # d <H, K> / d s = <H, K> / s (K = s kappa); s = 0 only when it is fixed
             if cross.scale > 0:
                 d_scale += 2.0 * (beta * KM_colsum).sum() / cross.scale
