@@ -15,9 +15,9 @@ __all__ = [
     "NotPositiveDefiniteError",
     "cholesky_solve",
     "gram",
-    "lower_matmul",
+    "lower_inverse",
     "matmul",
-    "upper_matmul",
+    "triangular_matmul",
     "inverse_softplus",
     "jittered_cholesky",
     "logdet_from_cholesky",
@@ -74,8 +74,10 @@ def jittered_cholesky(
         Symmetric matrix (or batch), not modified.
     jitter, max_jitter : float
         First and largest extra jitter, relative to the mean of the diagonal.
-    base_jitter : float
-        Absolute jitter always added (0 for none).
+    base_jitter : float or Tensor of shape ()
+        Absolute jitter always added (0 for none).  A tensor stays on the autograd
+        graph: a jitter that is part of the model and depends on its parameters (say
+        ``jitter * mean(diag)``) then has its derivative in the gradient too.
     name, advice : str
         Used in the warning and error messages.
     warn : bool, default=True
@@ -175,14 +177,20 @@ def solve_lower(factor, rhs):
     return torch.linalg.solve_triangular(factor, rhs, upper=False)
 
 
+def lower_inverse(factor):
+    """``L^{-1}`` of a lower-triangular ``L`` (or a batch)."""
+    eye = torch.eye(factor.shape[-1], dtype=factor.dtype, device=factor.device)
+    return solve_lower(factor, eye)
+
+
 def _cpu_blas_ready(*tensors):
     """True when BLAS can take the tensors' buffers as they are (no autograd, CPU)."""
     return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64)
                and not t.requires_grad and t.dim() == 2 and t.is_contiguous() for t in tensors)
 
 
-def gram(A, out=None):
-    """``A @ A.T`` for ``A`` of shape (m, b), into ``out`` (m, m) when given.
+def gram(A):
+    """``A @ A.T`` for ``A`` of shape (m, b).
 
     On the CPU by a symmetric rank-k update (numpy hands ``a @ a.T`` to BLAS ``syrk``):
     half the flops of a general product, and about 1.8x faster than torch's ``A @ A.T``
@@ -190,12 +198,9 @@ def gram(A, out=None):
     Elsewhere, or under autograd, a plain product.
     """
     if not _cpu_blas_ready(A):
-        return A @ A.T if out is None else torch.mm(A, A.T, out=out)
+        return A @ A.T
     a = A.numpy()
-    if out is None:
-        return torch.from_numpy(a @ a.T)
-    np.matmul(a, a.T, out=out.numpy())
-    return out
+    return torch.from_numpy(a @ a.T)
 
 
 def matmul(A, B, out=None):
@@ -217,31 +222,21 @@ def matmul(A, B, out=None):
     return out
 
 
-def lower_matmul(L, B, out, parts=4):
-    """``L @ B`` into ``out`` for a lower-triangular ``L`` (m, m), skipping its zeros.
+def triangular_matmul(T, B, out, upper=False, parts=4):
+    """``T @ B`` into ``out`` for a triangular ``T`` (m, m), skipping its zeros.
 
-    Row block ``i`` of ``parts`` needs only the first ``(i + 1) m / parts`` columns of
-    ``L``: 5/8 of a full product's flops with four blocks (about 25 % faster on one CPU
-    core for m = 256; BLAS's own ``trmm`` is not faster than its ``gemm`` there).
+    Row block ``i`` of ``parts`` needs only the columns of ``T`` up to its last row
+    (lower) or from its first row on (upper): 5/8 of a full product's flops with four
+    blocks, about 25 % faster on one CPU core for m = 256 (BLAS's own ``trmm`` is not
+    faster than its ``gemm`` there).  Elsewhere one product.
     """
-    m = L.shape[0]
-    if L.device.type != "cpu" or m < 4 * parts:
-        return matmul(L, B, out=out)
+    m = T.shape[0]
+    if T.device.type != "cpu" or m < 4 * parts:
+        return matmul(T, B, out=out)
     edges = [round(m * i / parts) for i in range(parts + 1)]
     for start, stop in zip(edges[:-1], edges[1:]):
-        matmul(L[start:stop, :stop], B[:stop], out=out[start:stop])
-    return out
-
-
-def upper_matmul(U, B, out, parts=4):
-    """``U @ B`` into ``out`` for an upper-triangular ``U`` (m, m), skipping its zeros
-    (row block ``i`` needs the columns from its own first row on; see ``lower_matmul``)."""
-    m = U.shape[0]
-    if U.device.type != "cpu" or m < 4 * parts:
-        return matmul(U, B, out=out)
-    edges = [round(m * i / parts) for i in range(parts + 1)]
-    for start, stop in zip(edges[:-1], edges[1:]):
-        matmul(U[start:stop, start:], B[start:], out=out[start:stop])
+        inner = slice(start, m) if upper else slice(0, stop)
+        matmul(T[start:stop, inner], B[inner], out=out[start:stop])
     return out
 
 

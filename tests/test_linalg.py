@@ -13,6 +13,7 @@ from skgpx.linalg import (
     matheron_update,
     solve_lower,
     spd_logdet,
+    triangular_matmul,
 )
 
 RNG = np.random.RandomState(0)
@@ -127,3 +128,30 @@ def test_gram_equals_the_plain_product(dtype):
     for G in (gram(A), gram(A.T.contiguous().T), gram(A.clone().requires_grad_())):
         assert G.dtype == dtype
         np.testing.assert_allclose(G.detach().double().numpy(), a @ a.T, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("m", [7, 64, 257])
+def test_triangular_matmul_equals_the_full_product(upper, m):
+    # row blocks that skip the zeros: the same product, whatever m and the block edges
+    rng = np.random.default_rng(m)
+    T = torch.tensor(rng.standard_normal((m, m)))
+    T = torch.triu(T) if upper else torch.tril(T)
+    B = torch.tensor(rng.standard_normal((m, 33)))
+    out = torch.full((m, 33), np.nan, dtype=torch.float64)
+    assert triangular_matmul(T, B, out, upper=upper) is out
+    np.testing.assert_allclose(out.numpy(), (T @ B).numpy(), rtol=1e-12, atol=1e-12)
+    # a transposed (column-major) factor, as the sparse gradient pass uses L^-1 transposed
+    out.fill_(np.nan)
+    triangular_matmul(T.T.contiguous().T, B, out, upper=upper)
+    np.testing.assert_allclose(out.numpy(), (T @ B).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_differentiable_base_jitter_stays_on_the_graph():
+    # d logdet(K + c s I) / d s includes the jitter's share c tr((K + c s I)^-1)
+    s = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    K = s * torch.tensor(SPD)
+    factor, _ = jittered_cholesky(K, base_jitter=0.1 * s)
+    logdet_from_cholesky(factor).backward()
+    expected = np.trace(np.linalg.solve(2.0 * SPD + 0.2 * np.eye(6), SPD + 0.1 * np.eye(6)))
+    assert float(s.grad) == pytest.approx(expected, rel=1e-12)

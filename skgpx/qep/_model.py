@@ -23,7 +23,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..kernels import unit_stationary_kernel
-from ..linalg import NotPositiveDefiniteError, inverse_softplus, positive_tril, try_cholesky
+from ..linalg import (NotPositiveDefiniteError, inverse_softplus, lower_inverse, positive_tril,
+                      try_cholesky)
 from ._bounds import kl_authors, kl_scaled
 from ._distribution import standard_univariate_draws, univariate_variance_factor
 
@@ -33,11 +34,6 @@ _JITTER_RETRIES = 3
 _ADVICE = (
     "use dtype='float64', fewer inducing points (n_inducing) or a larger jitter"
 )
-
-
-def _triangular_inverse(factor):
-    eye = torch.eye(factor.shape[-1], dtype=factor.dtype, device=factor.device)
-    return torch.linalg.solve_triangular(factor, eye, upper=False)
 
 
 class QEPLayer(nn.Module):
@@ -227,7 +223,7 @@ class DeepQEPModule(nn.Module):
         for attempt in range(_JITTER_RETRIES + 1):
             factors = [layer.inducing_cholesky(self.jitter) for layer in self.layers]
             if all(factor is not None for factor in factors):
-                return [_triangular_inverse(factor) for factor in factors]
+                return [lower_inverse(factor) for factor in factors]
             if not escalate or attempt == _JITTER_RETRIES:
                 break
             self.jitter *= 10.0
