@@ -136,6 +136,16 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         uncollapsed SVGP bound (Hensman et al., 2013), for data that one pass per step
         cannot afford.  None uses the collapsed bound on all rows.  The final ``q(u)``
         is always the optimal collapsed one at the learnt hyperparameters.
+    presolve_rows : int, "auto" or None, default="auto"
+        Sparse mode with L-BFGS-B on in-memory data: first fit the hyperparameters on
+        a random subset of this many rows (when fewer than ``n``), and start the fit
+        on all rows from there.  ``"auto"`` takes a tenth of the rows when there are at
+        least 50 000, and again a tenth of those while they are as many (20 000 rows
+        for 200 000; 10 000, then 100 000 rows for a million).  The fit on all rows
+        still stops by its own test, so only the time changes: a tenth of the rows
+        costs a tenth per evaluation and lands near the optimum (on 200 000 rows of
+        friedman1, 149 s and 201 s in two runs against 292 s).  None fits on all rows
+        from the start.
     normalize_y : bool, default=False
         Standardise each target (mean 0, std 1) before fitting; predictions and draws
         are transformed back.
@@ -293,6 +303,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "minibatch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "presolve_rows": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}),
+                          None],
         "normalize_y": ["boolean"],
         "predict_noise": [StrOptions({"sklearn", "latent", "observed"})],
         "solver": [StrOptions({"auto", "cholesky", "cg"})],
@@ -314,7 +326,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                  frequency_sampling="iid", shared_basis=True, prior="rff", exact_prior_max=2000,
                  method="pathwise", inducing_points=None, n_inducing=None,
                  optimize_inducing=False, optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0,
-                 max_iter=200, learning_rate=0.01, minibatch_size=None, normalize_y=False,
+                 max_iter=200, learning_rate=0.01, minibatch_size=None, presolve_rows="auto",
+                 normalize_y=False,
                  predict_noise="sklearn", solver="auto", cholesky_max_n=8000, cg_tol=1e-4,
                  cg_max_iter=1000, cg_preconditioner_rank=100, jitter=1e-8, n_targets=None,
                  copy_X_train=True, batch_size=8192, device="auto", dtype="float64",
@@ -336,6 +349,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.minibatch_size = minibatch_size
+        self.presolve_rows = presolve_rows
         self.normalize_y = normalize_y
         self.predict_noise = predict_noise
         self.solver = solver

@@ -18,7 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._base import cpu_generator, draw_seed, progress_bar
 from ..linalg import positive_tril, solve_lower
 from ._model import log_marginal_likelihood
-from ._sparse import elbo_value_and_grad, inducing_cholesky, noise_of
+from ._sparse import Rows, elbo_value_and_grad, inducing_cholesky, noise_of
 
 
 class Packing:
@@ -201,18 +201,12 @@ def optimize_exact(est, torch_kernel, X, Y, alpha, rng, history):
     return x, -fmin
 
 
-def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
-    """Maximise the collapsed bound over theta (and Z); returns (theta, Z).
-
-    ``rows``: the training rows (``_sparse.Rows`` or ``skgpx.distributed.DaskRows``).
-    """
+def negative_bound(est, torch_kernel, rows, Z, packing):
+    """``value_and_grad(x, eval_gradient=True)``: the negative collapsed bound on
+    ``rows`` and its gradient at the packed ``x``."""
     device, dtype = Z.device, Z.dtype
-    packing = Packing(torch_kernel.bounds, Z.shape, est.optimize_inducing)
-    starts = [packing.pack(theta, Z) for theta in restart_points(est, torch_kernel, rng)]
-    if est.optimizer == "adam" and est.minibatch_size is not None:
-        return _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history)
 
-    def value_and_grad(x, eval_gradient):
+    def value_and_grad(x, eval_gradient=True):
         theta, Z_x = packing.unpack(x, Z, device, dtype)
         elbo, g_theta, g_Z = elbo_value_and_grad(
             torch_kernel, theta, Z_x, rows, jitter=est.jitter,
@@ -224,10 +218,79 @@ def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
                                           else [])
         return -elbo, -np.concatenate(grad).astype(np.float64)
 
+    return value_and_grad
+
+
+def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
+    """Maximise the collapsed bound over theta (and Z); returns (theta, Z).
+
+    ``rows``: the training rows (``_sparse.Rows`` or ``skgpx.distributed.DaskRows``).
+    """
+    device, dtype = Z.device, Z.dtype
+    packing = Packing(torch_kernel.bounds, Z.shape, est.optimize_inducing)
+    starts = [packing.pack(theta, Z) for theta in restart_points(est, torch_kernel, rng)]
+    if est.optimizer == "adam" and est.minibatch_size is not None:
+        return _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history)
+
+    value_and_grad = negative_bound(est, torch_kernel, rows, Z, packing)
+    if est.optimizer == "fmin_l_bfgs_b" and isinstance(rows, Rows):
+        sizes = presolve_sizes(rows.X.shape[0], est.presolve_rows)
+        if sizes:
+            starts = presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng)
     x, _ = run_optimizer(est, value_and_grad, starts, packing.bounds, history,
                          n_rows=rows.X.shape[0])
     _, Z_opt = packing.unpack(x, Z, device, dtype)
     return np.asarray(x[: packing.n_theta], dtype=np.float64), Z_opt
+
+
+# presolve_rows="auto": fits on at least this many rows first fit on a random tenth
+PRESOLVE_MIN_ROWS = 50_000
+
+
+def presolve_sizes(n, presolve_rows):
+    """Subset sizes of the presolves before a sparse L-BFGS-B fit on ``n`` rows,
+    smallest first: ``"auto"`` takes a tenth of the rows while there are at least
+    :data:`PRESOLVE_MIN_ROWS` (``[20000]`` for 200 000 rows, ``[10000, 100000]`` for a
+    million); an int below ``n`` is one subset of that size; None is none."""
+    if presolve_rows is None:
+        return []
+    if presolve_rows != "auto":
+        return [int(presolve_rows)] if presolve_rows < n else []
+    sizes = []
+    while n >= PRESOLVE_MIN_ROWS:
+        n //= 10
+        sizes.insert(0, n)
+    return sizes
+
+
+def presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng):
+    """Each start moved to the optimum of the bound on random row subsets.
+
+    L-BFGS-B runs on nested random subsets of ``sizes`` rows (smallest first, each
+    started from the previous optimum) under the per-row stopping rule of :func:`lbfgs`.
+    A tenth of the rows costs a tenth per evaluation, and its optimum is already close
+    to the full bound's (friedman1, 200 000 rows: 4e-4 per row below it, after 71
+    evaluations on 20 000 rows); the fit on all rows then only refines it.  The subset
+    evaluations are not part of ``objective_history_``.
+    """
+    n = rows.X.shape[0]
+    order = torch.as_tensor(rng.permutation(n)[: sizes[-1]], device=rows.X.device)
+    subsets = [Rows(rows.X[idx], rows.Y[idx], rows.alpha[idx])
+               for idx in (order[:size].sort().values for size in sizes)]
+
+    bounds = [negative_bound(est, torch_kernel, subset, Z, packing) for subset in subsets]
+    moved = []
+    with progress_bar(est.verbose, f"PathwiseGPSampler presolve on {sizes} rows",
+                      total=None) as bar:
+        for x in starts:
+            for subset, bound in zip(subsets, bounds):
+                with warnings.catch_warnings():
+                    # the fit on all rows warns if it does not converge
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    x, _ = lbfgs(bound, x, packing.bounds, est.max_iter,
+                                 on_step=lambda: bar.update(1), n_rows=subset.X.shape[0])
+            moved.append(x)
+    return moved
 
 
 def _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history):

@@ -436,10 +436,12 @@ def elbo_value_and_grad(kernel, theta, Z, rows, *, jitter, batch_size,
     direct = [zero(t) if g is None else g for t, g in zip(direct, grads[5:])]
     with torch.no_grad():
         m, T = G_w.shape
-        # [[G_W, G_w/2], [G_w^T/2, 0]]: one product with [A; Y^T] per chunk (WhitenedAdjoint)
+        # [[L^-T G_W, L^-T G_w/2], [G_w^T/2, 0]]: one product with [A; Y^T] per chunk
+        # gives M and G_w^T A / 2 (whitened_weights)
         G_aug = G_W.new_zeros(m + T, m + T)
         G_aug[:m, :m] = 0.5 * (G_W + G_W.T)
         G_aug[:m, m:] = 0.5 * G_w
+        G_aug[:m] = L_inverse.T @ G_aug[:m]
         G_aug[m:, :m] = 0.5 * G_w.T
     adjoints = tuple(g.detach() for g in (G_aug, L_inverse, g_yy, g_trace, g_log))
     shares = rows.map_sum(block_gradient, kernel, theta.detach(), Z.detach(), adjoints,
@@ -451,30 +453,32 @@ def elbo_value_and_grad(kernel, theta, Z, rows, *, jitter, batch_size,
 
 
 def whitened_weights(K, Yc, G_aug, L_inverse, buffers):
-    r"""A chunk's weights in the linearised bound, computed in whitened form.
+    r"""A chunk's weights in the linearised bound, from its whitened block.
 
-    With ``A = L^{-1} K`` and ``[[G_W, G_w/2], [G_w^T/2, 0]] [A; Y^T] = [R; G_w^T A / 2]``:
+    With ``A = L^{-1} K`` and ``G_aug = [[L^{-T} G_W, L^{-T} G_w/2], [G_w^T/2, 0]]``
+    (formed once per evaluation), one product ``G_aug [A; Y^T]`` gives
 
-    * ``M = L^{-T} R = L^{-T} (G_W A + G_w Y^T / 2)``, so that the share's derivative
-      with respect to ``K`` is ``2 M diag(beta)`` (``K`` in the unit-noise scaling);
-    * the per-row weights ``a_i^T G_W a_i + a_i^T G_w y_i``, which are also
-      ``a_i^T R_i + y_i^T G_w^T a_i / 2`` with ``a_i^T R_i = colsum(K * M)_i``.
+    * ``M = L^{-T} (G_W A + G_w Y^T / 2)``, so that the share's derivative with respect
+      to ``K`` is ``2 M diag(beta)`` (``K`` in the unit-noise scaling), and
+    * ``G_w^T A / 2``, for the per-row weights ``a_i^T G_W a_i + a_i^T G_w y_i``
+      ``= k_i^T M_i + y_i^T G_w^T a_i / 2`` (``k_i^T M_i = a_i^T (G_W a_i + G_w y_i/2)``).
 
-    Forming ``L^{-T} G_W L^{-1}`` once and multiplying it with ``K`` is cheaper by two
-    triangular products but cancels terms of size ``cond(Kzz)``: on 200 000 rows of
-    friedman1 the gradient was then wrong by 1e-4 per row, above its true value near the
-    optimum, and L-BFGS-B could not converge.  Returns ``(M, a^T R, per_row)``; ``M``
-    lives in ``buffers``.
+    The adjoint multiplies the whitened block ``A``, never ``K``: forming
+    ``L^{-T} G_W L^{-1}`` once and multiplying it with ``K`` saves the whitening but
+    cancels terms of size ``cond(Kzz)``; on 200 000 rows of friedman1 the gradient was
+    then wrong by 1e-4 per row, above its true value near the optimum, and L-BFGS-B could
+    not converge.  Here the rounding grows only with ``cond(L) = cond(Kzz)^{1/2}`` (in
+    ``k_i^T M_i``, as in the pullback through ``M * K``).  Returns
+    ``(M, colsum(K * M), per_row)``; ``M`` lives in ``buffers``.
     """
     m, b = K.shape
     stacked = buffers.get("whitened", (m + Yc.shape[1], b), K)
     triangular_matmul(L_inverse, K, stacked[:m])  # A
     stacked[m:] = Yc.T
     product = matmul(G_aug, stacked, out=buffers.get("product", stacked.shape, K))
-    R, half_GwA = product[:m], product[m:]
-    aR = (stacked[:m] * R).sum(0)
-    M = triangular_matmul(L_inverse.T, R, buffers.get("weights", (m, b), K), upper=True)
-    return M, aR, aR + (Yc * half_GwA.T).sum(1)
+    M, half_GwA = product[:m], product[m:]
+    KM = (K * M).sum(0)
+    return M, KM, KM + (Yc * half_GwA.T).sum(1)
 
 
 def _generic_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size):
@@ -505,7 +509,7 @@ def _stationary_pass(kernel, theta_, Z_, X, Y, alpha, adjoints, batch_size, cros
     A chunk's share is linear in its block ``K`` with the weights ``2 M diag(beta)`` and
     in ``beta`` with per-row weights (:func:`whitened_weights`).  The beta weighting is
     left on vectors (for the RBF, ``G = H * s kappa' = -(M * K) diag(beta)``), so that a
-    chunk costs three large products (two of them triangular) and a few passes over an
+    chunk costs two large products (one of them triangular) and a few passes over an
     ``m x b`` array.  Accumulates the gradients with respect to ``s``, ``l``, the
     white-noise level and Z over the chunks, then maps ``(s, l, noise)`` to theta on a
     graph of a few scalars.

@@ -80,6 +80,9 @@ def build_net(module, criterion, *, n_rows, params, seeds, device, stratify):
         module,
         criterion,
         optimizer=optimizer,
+        # the multi-tensor update: the same arithmetic (bitwise) as torch's default on the
+        # CPU, which loops over the parameters in Python (4-5 ms of a 22 ms step here)
+        optimizer__foreach=True,
         lr=params["lr"],
         max_epochs=params["max_iter"],
         batch_size=batch_size,

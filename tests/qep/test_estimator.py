@@ -85,6 +85,22 @@ def test_classifier_proba_is_repeatable_and_row_invariant():
         np.testing.assert_array_equal(model.predict(X_TEST[idx]), model.predict(X_TEST)[idx])
 
 
+def test_multi_tensor_adam_is_bitwise_the_per_parameter_loop(monkeypatch):
+    """Training uses torch's multi-tensor (foreach) Adam, a speed choice only: the same
+    fit with the per-parameter loop (torch's CPU default) gives identical predictions."""
+    fast = _clf(hidden_dims=(3,), max_iter=20).fit(XC, YC)
+    assert fast.net_.optimizer_.defaults["foreach"] is True
+
+    class LoopAdam(torch.optim.Adam):
+        def __init__(self, params, **kwargs):
+            super().__init__(params, **{**kwargs, "foreach": False})
+
+    monkeypatch.setattr(torch.optim, "Adam", LoopAdam)
+    loop = _clf(hidden_dims=(3,), max_iter=20).fit(XC, YC)
+    assert loop.net_.optimizer_.defaults["foreach"] is False
+    np.testing.assert_array_equal(loop.predict_proba(X_TEST), fast.predict_proba(X_TEST))
+
+
 # ----------------------------------------------------------------------------- 3. multi-output
 def test_multi_output_shapes_and_layout():
     model = _reg().fit(X, Y2)
