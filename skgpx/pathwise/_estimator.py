@@ -229,9 +229,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     jitter_ : float
         Jitter added to factorise the training kernel matrix (0.0 when none).
     n_iter_ : int
-        Number of log-marginal-likelihood evaluations made by ``fit`` (at least 1).
+        Number of log-marginal-likelihood evaluations made by ``fit`` (at least 1); in
+        sparse mode, of the bound on all rows (not counting the ``presolve_rows`` fits).
     objective_history_ : list of float
-        Negative log marginal likelihood at each of those evaluations.
+        Negative log marginal likelihood (sparse mode: negative bound) at each of those
+        evaluations.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when X has string feature names.
