@@ -48,18 +48,24 @@ class Packing:
 # Sparse fits stop once no log-hyperparameter moves the bound by more than this per
 # training row and unit step (L-BFGS-B's projected-gradient test on the bound / n).
 SPARSE_GRADIENT_TOL = 1e-6
+# ... and keep 20 correction pairs (scipy's default is 10).  A dozen hyperparameters then fit
+# in the memory, which follows the valley where the signal variance and the length scales of
+# near-linear features grow together: friedman1, 20 000 rows, four data seeds: 53-71
+# evaluations against 62-101; 200 000 rows after the presolve: 25 and 52 against 33 and 98
+SPARSE_LBFGS_MEMORY = 20
 
 
 def lbfgs(obj_func, x0, bounds, max_iter, on_step, n_rows=None):
     """scipy's L-BFGS-B with a ConvergenceWarning when it stops without converging.
 
     With ``n_rows`` (sparse mode), it minimises ``obj_func / n_rows`` with the
-    projected-gradient tolerance :data:`SPARSE_GRADIENT_TOL`; the value returned is on
-    the scale of ``obj_func`` either way.
+    projected-gradient tolerance :data:`SPARSE_GRADIENT_TOL` and a memory of
+    :data:`SPARSE_LBFGS_MEMORY` pairs; the value returned is on the scale of ``obj_func``
+    either way.  Exact mode keeps scipy's defaults (scikit-learn's behaviour).
     """
     options = {"maxiter": max_iter}
     if n_rows is not None:
-        options["gtol"] = SPARSE_GRADIENT_TOL
+        options.update(gtol=SPARSE_GRADIENT_TOL, maxcor=SPARSE_LBFGS_MEMORY)
 
     def objective(x):
         if n_rows is None:
