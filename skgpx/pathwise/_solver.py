@@ -275,7 +275,7 @@ def presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng):
     L-BFGS-B runs on nested random subsets of ``sizes`` rows (smallest first, each
     started from the previous optimum) under the per-row stopping rule of :func:`lbfgs`.
     A tenth of the rows costs a tenth per evaluation, and its optimum is already close
-    to the full bound's (friedman1, 200 000 rows: 4e-4 per row below it, after 71
+    to the full bound's (friedman1, 200 000 rows: 4e-4 per row below it, after 44-71
     evaluations on 20 000 rows); the fit on all rows then only refines it.  The subset
     evaluations are not part of ``objective_history_``.
     """
