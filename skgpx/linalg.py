@@ -16,8 +16,8 @@ __all__ = [
     "cholesky_solve",
     "gram",
     "lower_inverse",
+    "lower_matmul",
     "matmul",
-    "triangular_matmul",
     "inverse_softplus",
     "jittered_cholesky",
     "logdet_from_cholesky",
@@ -222,21 +222,20 @@ def matmul(A, B, out=None):
     return out
 
 
-def triangular_matmul(T, B, out, upper=False, parts=4):
-    """``T @ B`` into ``out`` for a triangular ``T`` (m, m), skipping its zeros.
+def lower_matmul(L, B, out, parts=4):
+    """``L @ B`` into ``out`` for a lower-triangular ``L`` (m, m), skipping its zeros.
 
-    Row block ``i`` of ``parts`` needs only the columns of ``T`` up to its last row
-    (lower) or from its first row on (upper): 5/8 of a full product's flops with four
-    blocks, about 25 % faster on one CPU core for m = 256 (BLAS's own ``trmm`` is not
-    faster than its ``gemm`` there).  Elsewhere one product.
+    Row block ``i`` of ``parts`` needs only the columns of ``L`` up to its last row:
+    5/8 of a full product's flops with four blocks, about 25 % faster on one CPU core
+    for m = 256 (BLAS's own ``trmm`` is not faster than its ``gemm`` there).  Elsewhere
+    one product.
     """
-    m = T.shape[0]
-    if T.device.type != "cpu" or m < 4 * parts:
-        return matmul(T, B, out=out)
+    m = L.shape[0]
+    if L.device.type != "cpu" or m < 4 * parts:
+        return matmul(L, B, out=out)
     edges = [round(m * i / parts) for i in range(parts + 1)]
     for start, stop in zip(edges[:-1], edges[1:]):
-        inner = slice(start, m) if upper else slice(0, stop)
-        matmul(T[start:stop, inner], B[inner], out=out[start:stop])
+        matmul(L[start:stop, :stop], B[:stop], out=out[start:stop])
     return out
 
 

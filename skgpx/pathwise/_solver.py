@@ -279,11 +279,11 @@ def presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng):
     evaluations on 20 000 rows); the fit on all rows then only refines it.  The subset
     evaluations are not part of ``objective_history_``.
     """
-    n = rows.X.shape[0]
-    order = torch.as_tensor(rng.permutation(n)[: sizes[-1]], device=rows.X.device)
-    subsets = [Rows(rows.X[idx], rows.Y[idx], rows.alpha[idx])
-               for idx in (order[:size].sort().values for size in sizes)]
-
+    # one gather of the largest subset; the smaller ones are its leading rows (views)
+    picked = torch.as_tensor(rng.permutation(rows.X.shape[0])[: sizes[-1]],
+                             device=rows.X.device)
+    X, Y, alpha = rows.X[picked], rows.Y[picked], rows.alpha[picked]
+    subsets = [Rows(X[:size], Y[:size], alpha[:size]) for size in sizes]
     bounds = [negative_bound(est, torch_kernel, subset, Z, packing) for subset in subsets]
     moved = []
     with progress_bar(est.verbose, f"PathwiseGPSampler presolve on {sizes} rows",

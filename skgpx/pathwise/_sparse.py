@@ -46,8 +46,8 @@ import numpy as np
 import torch
 
 from .._base import rows_per_chunk
-from ..linalg import (NotPositiveDefiniteError, gram, jittered_cholesky, lower_inverse, matmul,
-                      solve_lower, triangular_matmul)
+from ..linalg import (NotPositiveDefiniteError, gram, jittered_cholesky, lower_inverse,
+                      lower_matmul, matmul, solve_lower)
 from ._features import Buffers
 
 # The row sums of the collapsed bound, in a fixed order (see the module docstring).
@@ -268,7 +268,7 @@ def _chunk_sums(kernel, theta, Z, L_inverse, X, Y, alpha, cross, buffers):
     else:
         cross.weighted_block(cross.standardised(X), -0.5 * torch.log(noise), out=block)
     stacked = buffers.get("stacked", (m + T, b), X)
-    triangular_matmul(L_inverse, block, stacked[:m])  # A = L^-1 K diag(sqrt(beta))
+    lower_matmul(L_inverse, block, stacked[:m])  # A = L^-1 K diag(sqrt(beta))
     stacked[m:] = (beta.sqrt()[:, None] * Y).T
     S = gram(stacked)  # [[A A^T, A y~], [y~^T A^T, y~^T y~]]: a new tensor, kept
     return SparseStatistics(W=S[:m, :m], w=S[:m, m:], yy=S[m:, m:].diagonal().sum(),
@@ -473,7 +473,7 @@ def whitened_weights(K, Yc, G_aug, L_inverse, buffers):
     """
     m, b = K.shape
     stacked = buffers.get("whitened", (m + Yc.shape[1], b), K)
-    triangular_matmul(L_inverse, K, stacked[:m])  # A
+    lower_matmul(L_inverse, K, stacked[:m])  # A
     stacked[m:] = Yc.T
     product = matmul(G_aug, stacked, out=buffers.get("product", stacked.shape, K))
     M, half_GwA = product[:m], product[m:]
