@@ -139,7 +139,7 @@ class PathwiseFunctions:
         flat = acc.view(S * T, n)  # row s*T + t for a shared basis (B=1) and for B=S alike
         if self._centers is not None:
             K_cx = (self._kernel(self._centers, X, self._theta, part="signal") if cross is None
-                    else cross.block(X))
+                    else cross.block(X, out=buffers.get("cross", (V_t.shape[1], n), X)))
             flat.addmm_(V_t, K_cx)
         out.copy_(flat.T.view(n, S, T))
 

@@ -206,9 +206,9 @@ class StationaryCross:
             K.mul_(torch.exp(log_weight))
         return K, slope
 
-    def block(self, X):
-        """``k(Z, X)``: (m, b), formed in place (no derivative terms)."""
-        return self.weighted_block(self.standardised(X))[0]
+    def block(self, X, out=None):
+        """``k(Z, X)``: (m, b), formed in place (in ``out`` when given; no derivative terms)."""
+        return self.weighted_block(self.standardised(X), out=out)[0]
 
     def pullback(self, GM, weight, Xs, GM_colsum):
         """Gradients of ``<G, r^2>`` for ``G = GM diag(weight)``: ``(d l, d Z)``.
