@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_info
 # distribution names, in the order they are printed (skgpx itself comes first)
 _REQUIRED = ("numpy", "scipy", "scikit-learn", "torch", "skorch", "threadpoolctl",
              "tqdm")
-_OPTIONAL = ("dask", "distributed", "dask-ml", "pandas", "matplotlib")
+_OPTIONAL = ("numba", "dask", "distributed", "dask-ml", "pandas", "matplotlib")
 
 
 def _version_of(distribution):

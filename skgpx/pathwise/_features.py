@@ -23,6 +23,7 @@ import math
 import torch
 
 from .._base import CPUPickleMixin
+from .._trig import cos_sin_rows
 from ._spectra import ConstantTerm, LinearTerm, sample_unit_frequencies, spectral_terms
 
 
@@ -54,9 +55,11 @@ class _StationaryBlock(CPUPickleMixin):
             arg.add_(self.phases.unsqueeze(-1))
             out.baddbmm_(Wt, arg.cos_(), alpha=self.scale)
             return
-        trig = buffers.get("trig", (B, P, n), X)
-        out.baddbmm_(Wt[..., :P], torch.cos(arg, out=trig), alpha=self.scale)
-        out.baddbmm_(Wt[..., P:], arg.sin_(), alpha=self.scale)
+        # cos rows then sin rows of one buffer: one product over all F features
+        trig = buffers.get("trig", (B, 2 * P, n), X)
+        for b in range(B):
+            cos_sin_rows(arg[b], trig[b])
+        out.baddbmm_(Wt, trig, alpha=self.scale)
 
     def to(self, device):
         self.frequencies, self.shift = self.frequencies.to(device), self.shift.to(device)

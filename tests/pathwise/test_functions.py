@@ -233,8 +233,9 @@ def test_gradient_is_finite_at_a_training_input(name):
 
 @pytest.mark.parametrize("config", ["shared", "independent", "cosine"])
 def test_feature_major_evaluation_equals_the_feature_matrix(config):
-    # f(X) forms W^T phi(X)^T block by block into reused buffers; evaluate_batched and
-    # the autograd route form phi(X) @ W.  Constant and linear blocks included, d = 2.
+    # f(X) forms W^T phi(X)^T block by block into reused buffers, its cos/sin rows by the
+    # numba kernel of skgpx._trig; evaluate_batched and the autograd route form
+    # phi(X) @ W with torch's cos and sin.  Constant and linear blocks included, d = 2.
     from sklearn.gaussian_process.kernels import RBF, DotProduct, WhiteKernel
 
     rng = np.random.RandomState(0)

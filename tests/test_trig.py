@@ -1,0 +1,84 @@
+"""The one-pass cos/sin kernel (skgpx._trig) against NumPy and against torch's route."""
+
+import numpy as np
+import pytest
+import torch
+
+from skgpx import _trig
+from skgpx._trig import cos_sin_rows
+
+
+@pytest.fixture
+def kernel():
+    kernel = _trig._kernel()
+    # numba comes with the test extras: without it every test here would silently
+    # exercise the torch route twice
+    assert kernel is not None, "numba is missing: pip install skgpx[fast]"
+    return kernel
+
+
+def _ulp_error(got, want):
+    return np.abs(got - want) / np.spacing(np.abs(want))
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4, 2.0 ** 22 / 3])
+def test_values_within_two_ulp_of_numpy(kernel, scale):
+    rng = np.random.default_rng(0)
+    phases = rng.uniform(-scale, scale, size=(3, 40_000))
+    # add points next to every quadrant boundary k pi/2, where the reduction is hardest
+    k = rng.integers(-int(scale / 1.6), int(scale / 1.6) + 1, size=40_000)
+    phases[2] = k * (np.pi / 2) + rng.normal(scale=1e-6, size=40_000)
+    out = cos_sin_rows(torch.from_numpy(phases), torch.empty(6, 40_000, dtype=torch.float64))
+    cos, sin = out[:3].numpy(), out[3:].numpy()
+    assert _ulp_error(cos, np.cos(phases)).max() <= 2
+    assert _ulp_error(sin, np.sin(phases)).max() <= 2
+    assert np.abs(cos - np.cos(phases)).max() <= 2 * np.finfo(float).eps
+    assert np.abs(sin - np.sin(phases)).max() <= 2 * np.finfo(float).eps
+
+
+def test_signs_and_zeros_at_exact_quadrants(kernel):
+    phases = torch.tensor([[0.0, -0.0, np.pi / 2, np.pi, -np.pi, 1.5 * np.pi, 2 * np.pi]])
+    out = cos_sin_rows(phases, torch.empty(2, 7, dtype=torch.float64))
+    np.testing.assert_allclose(out[0].numpy(), np.cos(phases[0].numpy()), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(out[1].numpy(), np.sin(phases[0].numpy()), rtol=0, atol=1e-15)
+    assert np.array_equal(out[:, :2].numpy(), [[1.0, 1.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("bad", [2.0 ** 23, -1e300, np.inf, np.nan])
+def test_phases_past_the_reduction_go_to_torch(kernel, bad):
+    phases = torch.linspace(-3, 3, 200, dtype=torch.float64).reshape(2, 100)
+    phases[1, 57] = bad
+    out = cos_sin_rows(phases, torch.empty(4, 100, dtype=torch.float64))
+    want = torch.cat([torch.cos(phases), torch.sin(phases)])
+    assert torch.equal(out.isnan(), want.isnan())
+    assert torch.equal(out.nan_to_num(), want.nan_to_num())  # torch's bits, not the kernel's
+
+
+def test_other_dtypes_devices_and_layouts_take_the_torch_route(kernel):
+    phases = torch.randn(8, 50, dtype=torch.float64)
+    strided = phases.T.contiguous().T  # same values, not contiguous
+    for arg in (phases.float(), strided):
+        out = cos_sin_rows(arg, torch.empty(16, 50, dtype=arg.dtype))
+        assert torch.equal(out, torch.cat([torch.cos(arg), torch.sin(arg)]))
+
+
+def test_split_over_threads_gives_the_same_bits(kernel):
+    phases = torch.randn(64, 5000, dtype=torch.float64) * 40
+    one = torch.empty(128, 5000, dtype=torch.float64)
+    two = torch.empty_like(one)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        cos_sin_rows(phases, one)
+        torch.set_num_threads(3)
+        cos_sin_rows(phases, two)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+
+
+def test_input_is_not_modified(kernel):
+    phases = torch.randn(4, 300, dtype=torch.float64)
+    before = phases.clone()
+    cos_sin_rows(phases, torch.empty(8, 300, dtype=torch.float64))
+    assert torch.equal(phases, before)
