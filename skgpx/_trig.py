@@ -37,7 +37,6 @@ torch's 7.6-8 ns; without numba, or with the environment variable
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from fractions import Fraction
 
@@ -47,8 +46,6 @@ __all__ = ["cos_sin_rows"]
 
 # Past this |a| the reduction could lose bits: torch takes the array.
 _LIMIT = 2.0 ** 22
-# Below this many values per thread, splitting the work costs more than it saves.
-_MIN_PER_THREAD = 1 << 16
 
 
 def _half_pi_parts():
@@ -71,7 +68,7 @@ def _half_pi_parts():
 _S = [(-1) ** i / math.factorial(2 * i + 1) for i in range(1, 9)]  # r^3 ... r^17
 _C = [(-1) ** i / math.factorial(2 * i) for i in range(1, 9)]  # r^2 ... r^16
 
-_state = {"kernel": None, "tried": False, "pool": None, "pool_size": 0}
+_state = {"kernel": None, "tried": False}
 
 
 def _build_kernel():
@@ -87,9 +84,9 @@ def _build_kernel():
     # reassociation, so the error analysis above holds.  Every inner loop runs over
     # the n columns, unit stride and branch-free, which LLVM vectorises.
     @numba.njit(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
-    def kernel(phases, out, lo, hi):
+    def kernel(phases, out):
         P, n = phases.shape
-        for p in range(lo, hi):
+        for p in range(P):
             arg, cos_row, sin_row = phases[p], out[p], out[P + p]
             far = 0.0  # its own loop: a flag set in the next one stops vectorisation
             for i in range(n):
@@ -128,28 +125,6 @@ def _kernel():
     return _state["kernel"]
 
 
-def _pool(size):
-    if _state["pool_size"] != size:
-        if _state["pool"] is not None:
-            _state["pool"].shutdown(wait=False)
-        _state["pool"] = ThreadPoolExecutor(size, thread_name_prefix="skgpx-trig")
-        _state["pool_size"] = size
-    return _state["pool"]
-
-
-def _run_kernel(kernel, phases, out):
-    """Run the kernel over numpy views, its rows split over torch's thread count (the
-    kernel releases the GIL); return True when some phase was out of its range."""
-    P, n = phases.shape
-    threads = min(torch.get_num_threads(), P * n // _MIN_PER_THREAD, P)
-    if threads <= 1:
-        return kernel(phases, out, 0, P)
-    bounds = [P * i // threads for i in range(threads + 1)]
-    jobs = [_pool(threads).submit(kernel, phases, out, lo, hi)
-            for lo, hi in zip(bounds[:-1], bounds[1:])]
-    return any([job.result() for job in jobs])
-
-
 def cos_sin_rows(phases, out):
     """``out = [cos(phases); sin(phases)]``, stacked along the first axis.
 
@@ -167,16 +142,19 @@ def cos_sin_rows(phases, out):
 
     Notes
     -----
-    Contiguous float64 CPU tensors without autograd go through the one-pass kernel
-    of this module when numba is installed; anything else (float32, CUDA, a strided
-    view, a phase beyond ``2**22`` in magnitude, inf or NaN) through ``torch.cos``
-    and ``torch.sin``.  The two routes agree to 2 ulp.
+    Contiguous float64 CPU tensors without autograd, with torch on one thread, go
+    through the one-pass kernel of this module when numba is installed; anything else
+    (float32, CUDA, a strided view, a phase beyond ``2**22`` in magnitude, inf or NaN,
+    several torch threads) through ``torch.cos`` and ``torch.sin``.  The two routes
+    agree to 2 ulp.  Several threads go to torch because its parallel loops run on its
+    own pool: a second pool beside it measured no faster on two cores.
     """
     fast = (out.device.type == "cpu" and out.dtype == torch.float64
-            and phases.dtype == out.dtype and phases.is_contiguous()
-            and out.is_contiguous() and not (phases.requires_grad or out.requires_grad))
+            and phases.dtype == out.dtype and phases.is_contiguous() and out.is_contiguous()
+            and not (phases.requires_grad or out.requires_grad)
+            and torch.get_num_threads() == 1)
     kernel = _kernel() if fast else None
-    if kernel is not None and not _run_kernel(kernel, phases.numpy(), out.numpy()):
+    if kernel is not None and not kernel(phases.numpy(), out.numpy()):
         return out
     P = phases.shape[0]
     torch.cos(phases, out=out[:P])
