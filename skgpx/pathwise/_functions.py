@@ -178,18 +178,31 @@ class PathwiseFunctions:
 
     def _evaluate_aligned(self, Xt, row_offset):
         """Numpy values at ``Xt``, whose first row is row ``row_offset`` of a larger array
-        (see :meth:`_aligned_blocks`).  Blocks go straight into the result, so the draws
-        are held once, not three times (tensor, its transpose, the numpy copy)."""
+        (see :meth:`_aligned_blocks`).  On the CPU in float64 the blocks are written
+        straight into the result, so the draws are held once and copied once."""
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         out = np.empty((n, S) if self._squeeze else (n, T, S))
+        if self.device.type == "cpu" and Xt.dtype == torch.float64:
+            view = torch.from_numpy(out)  # (n, S, T) view of scikit-learn's layout
+            self._fill_aligned(Xt, row_offset, view.unsqueeze(-1) if self._squeeze
+                               else view.transpose(1, 2))
+            return out
         for a, b, values in self._aligned_blocks(Xt, row_offset):
             out[a:b] = to_numpy(sklearn_layout(values, self._squeeze))
         return out
 
-    def _aligned_blocks(self, Xt, row_offset):
+    def _fill_aligned(self, Xt, row_offset, dest):
+        """Write the values at ``Xt`` into ``dest`` (n, S, T), block by block."""
+        for a, b, values in self._aligned_blocks(Xt, row_offset, dest):
+            if values is not None:
+                dest[a:b] = values
+
+    def _aligned_blocks(self, Xt, row_offset, dest=None):
         """Yield ``(a, b, values of rows a:b)`` over fixed-size blocks without autograd.
 
         ``values`` is a view of one reused buffer: copy it before taking the next block.
+        Given ``dest`` (n, S, T), whole blocks are written into ``dest[a:b]`` directly
+        and yield ``values=None``.
 
         The blocks are aligned to multiples of the block size in the larger array that
         ``Xt`` starts at row ``row_offset`` of, and the partial blocks at either end are
@@ -201,23 +214,28 @@ class PathwiseFunctions:
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         step = self._rows_per_chunk()
         buffers = Buffers()
-        latent = Xt.new_empty(step, S, T)
+        latent = None
         padded = None
         with torch.no_grad():
             for lo in range(-(row_offset % step), n, step):
                 a, b = max(lo, 0), min(lo + step, n)
                 rows = Xt[a:b]
+                if b - a == step and dest is not None:
+                    self._latent_into(rows, dest[a:b], buffers)
+                    yield a, b, None
+                    continue
+                if latent is None:
+                    latent = Xt.new_empty(step, S, T)
                 if b - a < step:
                     if padded is None:
                         padded = Xt.new_zeros(step, Xt.shape[1])
                     padded.zero_()
                     padded[a - lo : b - lo] = rows
                     self._latent_into(padded, latent, buffers)
-                    part = latent[a - lo : b - lo]
+                    yield a, b, latent[a - lo : b - lo]
                 else:
                     self._latent_into(rows, latent, buffers)
-                    part = latent
-                yield a, b, part
+                    yield a, b, latent
 
     def values(self, X):
         """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T).
@@ -234,8 +252,7 @@ class PathwiseFunctions:
                 latent[i : i + step] = self._latent(X[i : i + step])
             return self._y_mean + self._y_std * latent
         out = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
-        for a, b, values in self._aligned_blocks(X, 0):
-            out[a:b] = values
+        self._fill_aligned(X, 0, out)
         return out
 
     def evaluate_batched(self, Xb):
