@@ -35,6 +35,7 @@ torch's 7.6-8 ns; without numba, or with the environment variable
 ``SKGPX_DISABLE_NUMBA=1``, torch's two calls run.
 """
 
+import functools
 import math
 import os
 from decimal import Decimal
@@ -67,8 +68,6 @@ def _half_pi_parts():
 (_P1, _P2, _P3), _TWO_OVER_PI = _half_pi_parts()
 _S = [(-1) ** i / math.factorial(2 * i + 1) for i in range(1, 9)]  # r^3 ... r^17
 _C = [(-1) ** i / math.factorial(2 * i) for i in range(1, 9)]  # r^2 ... r^16
-
-_state = {"kernel": None, "tried": False}
 
 
 def _build_kernel():
@@ -113,16 +112,15 @@ def _build_kernel():
     return kernel
 
 
+@functools.cache
 def _kernel():
-    if not _state["tried"]:
-        _state["tried"] = True
-        if os.environ.get("SKGPX_DISABLE_NUMBA", "") not in ("", "0"):
-            return None
-        try:
-            _state["kernel"] = _build_kernel()
-        except ImportError:  # numba is optional: torch's cos and sin serve
-            _state["kernel"] = None
-    return _state["kernel"]
+    """The compiled kernel, or None without numba (or with ``SKGPX_DISABLE_NUMBA=1``)."""
+    if os.environ.get("SKGPX_DISABLE_NUMBA", "") not in ("", "0"):
+        return None
+    try:
+        return _build_kernel()
+    except ImportError:  # numba is optional: torch's cos and sin serve
+        return None
 
 
 def cos_sin_rows(phases, out):

@@ -178,31 +178,18 @@ class PathwiseFunctions:
 
     def _evaluate_aligned(self, Xt, row_offset):
         """Numpy values at ``Xt``, whose first row is row ``row_offset`` of a larger array
-        (see :meth:`_aligned_blocks`).  On the CPU in float64 the blocks are written
-        straight into the result, so the draws are held once and copied once."""
+        (see :meth:`_fill_aligned`).  Blocks are written straight into the result (cast to
+        float64 and brought to the host on the way), so the draws are held once."""
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         out = np.empty((n, S) if self._squeeze else (n, T, S))
-        if self.device.type == "cpu" and Xt.dtype == torch.float64:
-            view = torch.from_numpy(out)  # (n, S, T) view of scikit-learn's layout
-            self._fill_aligned(Xt, row_offset, view.unsqueeze(-1) if self._squeeze
-                               else view.transpose(1, 2))
-            return out
-        for a, b, values in self._aligned_blocks(Xt, row_offset):
-            out[a:b] = to_numpy(sklearn_layout(values, self._squeeze))
+        view = torch.from_numpy(out)  # (n, S, T) view of scikit-learn's layout
+        self._fill_aligned(Xt, row_offset, view.unsqueeze(-1) if self._squeeze
+                           else view.transpose(1, 2))
         return out
 
     def _fill_aligned(self, Xt, row_offset, dest):
-        """Write the values at ``Xt`` into ``dest`` (n, S, T), block by block."""
-        for a, b, values in self._aligned_blocks(Xt, row_offset, dest):
-            if values is not None:
-                dest[a:b] = values
-
-    def _aligned_blocks(self, Xt, row_offset, dest=None):
-        """Yield ``(a, b, values of rows a:b)`` over fixed-size blocks without autograd.
-
-        ``values`` is a view of one reused buffer: copy it before taking the next block.
-        Given ``dest`` (n, S, T), whole blocks are written into ``dest[a:b]`` directly
-        and yield ``values=None``.
+        """Write the values at ``Xt`` into ``dest`` (n, S, T) over fixed-size blocks,
+        without autograd.
 
         The blocks are aligned to multiples of the block size in the larger array that
         ``Xt`` starts at row ``row_offset`` of, and the partial blocks at either end are
@@ -214,34 +201,26 @@ class PathwiseFunctions:
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         step = self._rows_per_chunk()
         buffers = Buffers()
-        latent = None
-        padded = None
+        latent = padded = None
         with torch.no_grad():
             for lo in range(-(row_offset % step), n, step):
                 a, b = max(lo, 0), min(lo + step, n)
-                rows = Xt[a:b]
-                if b - a == step and dest is not None:
-                    self._latent_into(rows, dest[a:b], buffers)
-                    yield a, b, None
+                if b - a == step:
+                    self._latent_into(Xt[a:b], dest[a:b], buffers)
                     continue
-                if latent is None:
+                if padded is None:
+                    padded = Xt.new_zeros(step, Xt.shape[1])
                     latent = Xt.new_empty(step, S, T)
-                if b - a < step:
-                    if padded is None:
-                        padded = Xt.new_zeros(step, Xt.shape[1])
-                    padded.zero_()
-                    padded[a - lo : b - lo] = rows
-                    self._latent_into(padded, latent, buffers)
-                    yield a, b, latent[a - lo : b - lo]
-                else:
-                    self._latent_into(rows, latent, buffers)
-                    yield a, b, latent
+                padded.zero_()
+                padded[a - lo : b - lo] = Xt[a:b]
+                self._latent_into(padded, latent, buffers)
+                dest[a:b] = latent[a - lo : b - lo]
 
     def values(self, X):
         """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T).
 
         Differentiable with respect to ``X`` when autograd is on and ``X`` requires it;
-        otherwise by the aligned blocks of :meth:`_aligned_blocks`.
+        otherwise by the aligned blocks of :meth:`_fill_aligned`.
         """
         if torch.is_grad_enabled() and X.requires_grad:
             step = self._rows_per_chunk()
