@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks in one command: every `gpu`-marked test, then the GPU row of each family's
 # benchmark, each step bounded by its own time limit so that one slow step cannot take the
-# others down. Written for a short loan of a CUDA machine (at most 8 min 45 s of work in
-# all, about 5 minutes on an H200).
+# others down. Written for a short loan of a CUDA machine (at most 9 min 35 s of work in
+# all, about 6 minutes on an H200: each benchmark cell starts a child process, and its CUDA
+# start-up costs 10-20 s there).
 #
 # Usage, from the repository root of a machine with CUDA and the package's dependencies:
 #
@@ -32,7 +33,7 @@ step tests 60 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/test_show_versions.py tests/test_memory.py tests/test_krylov.py \
     tests/pathwise/test_functions.py tests/dkp/test_estimator.py tests/dkp/test_riccati.py \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
-step pathwise_scaling 110 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
+step pathwise_scaling 150 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
     --configs 2000x8000,1000x100000 --methods numpy-chol,ours,botorch --repeats 3 --cutoff 45
 step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60
 step dkp 80 25 "$py" benchmarks/dkp_vs_adam.py --device cuda --dataset diabetes \
@@ -42,5 +43,5 @@ step qep 60 25 "$py" benchmarks/qep_bundled.py --device cuda --datasets breast_c
 step kepsvgp 45 30 "$py" benchmarks/kepsvgp_timing.py --device cuda --cutoff 10
 # basis="dense" is left out: at p = 256 it needs 33 iterations and more than 40 s on an H200
 # (43 s on one CPU thread), overhead-bound at that size on either device.
-step drd 90 25 "$py" benchmarks/drd_scale.py --device cuda --grids 16,32,64 --basis fourier \
+step drd 100 25 "$py" benchmarks/drd_scale.py --device cuda --grids 32,64 --basis fourier \
     --repeats 1 --cutoff 60
