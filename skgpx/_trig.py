@@ -84,13 +84,14 @@ def _build_kernel():
     # the n columns, unit stride and branch-free, which LLVM vectorises.
     @numba.njit(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
     def kernel(phases, out):
-        P, n = phases.shape
-        for p in range(P):
-            arg, cos_row, sin_row = phases[p], out[p], out[P + p]
+        B, P, n = phases.shape
+        for row in range(B * P):
+            b, p = row // P, row % P
+            arg, cos_row, sin_row = phases[b, p], out[b, p], out[b, P + p]
             far = 0.0  # its own loop: a flag set in the next one stops vectorisation
             for i in range(n):
                 far += 0.0 if abs(arg[i]) <= limit else 1.0  # NaN counts as far
-            if far > 0.0:
+            if far > 0.0:  # the caller recomputes the whole batch
                 return True
             for i in range(n):
                 v = arg[i]
@@ -124,15 +125,15 @@ def _kernel():
 
 
 def cos_sin_rows(phases, out):
-    """``out = [cos(phases); sin(phases)]``, stacked along the first axis.
+    """``out = [cos(phases); sin(phases)]``, stacked along the rows of each matrix.
 
     Parameters
     ----------
-    phases : Tensor of shape (P, n)
+    phases : Tensor of shape (P, n) or (B, P, n)
         Not modified.
-    out : Tensor of shape (2 P, n)
-        Cosines in the first ``P`` rows, sines in the last; must not overlap
-        ``phases``.
+    out : Tensor of shape (2 P, n) or (B, 2 P, n)
+        Cosines in the first ``P`` rows of each matrix, sines in the last; must not
+        overlap ``phases``.
 
     Returns
     -------
@@ -145,16 +146,21 @@ def cos_sin_rows(phases, out):
     (float32, CUDA, a strided view, a phase beyond ``2**22`` in magnitude, inf or NaN,
     several torch threads) through ``torch.cos`` and ``torch.sin``.  The two routes
     agree to 2 ulp.  Several threads go to torch because its parallel loops run on its
-    own pool: a second pool beside it measured no faster on two cores.
+    own pool: a second pool beside it measured no faster on two cores.  A batch is one
+    call of the kernel (independent bases have one small matrix per path: a call per
+    matrix cost 16 us of Python each).
     """
     fast = (out.device.type == "cpu" and out.dtype == torch.float64
             and phases.dtype == out.dtype and phases.is_contiguous() and out.is_contiguous()
             and not (phases.requires_grad or out.requires_grad)
             and torch.get_num_threads() == 1)
     kernel = _kernel() if fast else None
-    if kernel is not None and not kernel(phases.numpy(), out.numpy()):
-        return out
-    P = phases.shape[0]
-    torch.cos(phases, out=out[:P])
-    torch.sin(phases, out=out[P:])
+    if kernel is not None:
+        batched = phases.dim() == 3
+        arrays = (t.numpy() if batched else t.numpy()[None] for t in (phases, out))
+        if not kernel(*arrays):
+            return out
+    P = phases.shape[-2]
+    torch.cos(phases, out=out[..., :P, :])
+    torch.sin(phases, out=out[..., P:, :])
     return out

@@ -87,3 +87,17 @@ def test_input_is_not_modified(kernel):
     before = phases.clone()
     cos_sin_rows(phases, torch.empty(8, 300, dtype=torch.float64))
     assert torch.equal(phases, before)
+
+
+def test_a_batch_equals_its_matrices_one_by_one(kernel):
+    # one kernel call for (B, P, n): the same bits as B calls on (P, n); a far phase in
+    # any matrix sends the whole batch to torch
+    phases = torch.randn(5, 3, 70, dtype=torch.float64) * 20
+    batch = cos_sin_rows(phases, torch.empty(5, 6, 70, dtype=torch.float64))
+    for b in range(5):
+        alone = cos_sin_rows(phases[b], torch.empty(6, 70, dtype=torch.float64))
+        assert torch.equal(batch[b], alone)
+    assert not torch.equal(batch, torch.cat([torch.cos(phases), torch.sin(phases)], 1))
+    phases[3, 1, 9] = 2.0 ** 23
+    batch = cos_sin_rows(phases, torch.empty(5, 6, 70, dtype=torch.float64))
+    assert torch.equal(batch, torch.cat([torch.cos(phases), torch.sin(phases)], 1))

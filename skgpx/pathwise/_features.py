@@ -56,9 +56,7 @@ class _StationaryBlock(CPUPickleMixin):
             out.baddbmm_(Wt, arg.cos_(), alpha=self.scale)
             return
         # cos rows then sin rows of one buffer: one product over all F features
-        trig = buffers.get("trig", (B, 2 * P, n), X)
-        for b in range(B):
-            cos_sin_rows(arg[b], trig[b])
+        trig = cos_sin_rows(arg, buffers.get("trig", (B, 2 * P, n), X))
         out.baddbmm_(Wt, trig, alpha=self.scale)
 
     def to(self, device):
