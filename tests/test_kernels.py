@@ -9,6 +9,7 @@ from skgpx.kernels import (
     TorchKernel,
     default_kernel,
     split_white_noise,
+    unit_stationary_kernel,
 )
 
 RNG = np.random.RandomState(0)
@@ -79,6 +80,50 @@ def test_gradient_is_finite_at_coincident_points(nu):
     Xq = _torch(X[:2]).requires_grad_(True)
     tk(Xq, _torch(X)).sum().backward()
     assert torch.isfinite(Xq.grad).all()
+
+
+UNIT_KERNELS = {"rbf": sk.RBF, "matern12": lambda ls: sk.Matern(ls, nu=0.5),
+                "matern32": lambda ls: sk.Matern(ls, nu=1.5),
+                "matern52": lambda ls: sk.Matern(ls, nu=2.5)}
+
+
+@pytest.mark.parametrize("name", sorted(UNIT_KERNELS))
+def test_unit_kernels_match_sklearn_per_unit(name):
+    # three units with their own ARD length scales and output scales; X broadcast over
+    # the units (the first layer) against per-unit inducing points, and a repeated row
+    rng = np.random.RandomState(1)
+    ls = rng.uniform(0.5, 2.0, size=(3, 1, 2))
+    scale = np.array([0.5, 1.0, 2.0])
+    Xn = rng.randn(40, 2)
+    Zn = rng.randn(3, 30, 2)
+    Zn[1, 4] = Xn[7]
+    K = unit_stationary_kernel(_torch(Xn), _torch(Zn), _torch(ls), _torch(scale), name)
+    assert K.shape == (3, 40, 30)
+    for d in range(3):
+        expected = scale[d] * UNIT_KERNELS[name](ls[d, 0])(Xn, Zn[d])
+        np.testing.assert_allclose(K[d].numpy(), expected, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", sorted(UNIT_KERNELS))
+def test_unit_kernel_gradients_by_gradcheck(name):
+    # inputs, inducing points and length scales, with coincident rows (x = z and the
+    # self-kernel's diagonal): every gradient against finite differences
+    rng = np.random.RandomState(2)
+    Xt = _torch(rng.randn(6, 2)).requires_grad_(True)
+    Zt = _torch(rng.randn(2, 5, 2))
+    Zt[0, 2] = Xt[3].detach() + (1e-3 if name == "matern12" else 0.0)
+    Zt.requires_grad_(True)
+    ls = _torch(rng.uniform(0.5, 2.0, size=(2, 1, 2))).requires_grad_(True)
+    scale = _torch([0.7, 1.3]).requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda x, z, lengths, s: unit_stationary_kernel(x, z, lengths, s, name),
+        (Xt, Zt, ls, scale))
+    if name != "matern12":  # the Laplace kernel has no derivative at r = 0
+        assert torch.autograd.gradcheck(
+            lambda z, lengths: unit_stationary_kernel(z, z, lengths, scale, name), (Zt, ls))
+        Zq = Zt.detach().clone().requires_grad_(True)
+        unit_stationary_kernel(Zq, Zq, ls, scale, name).sum().backward()
+        assert torch.isfinite(Zq.grad).all()
 
 
 def test_default_kernel_is_sklearns():

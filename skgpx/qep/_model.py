@@ -125,8 +125,10 @@ class QEPLayer(nn.Module):
     def marginals(self, H, whitening, min_variance):
         """Location and scale of each unit's marginal at each row.
 
-        With ``A = L^{-1} K_ZH`` and ``Lambda = S S^T - I``, one product
-        ``[Lambda; m^T] A`` gives ``v = k(h, h) + sum(A * Lambda A)`` and ``A^T m``.
+        With ``A = L^{-1} K_ZH`` and ``Lambda = S S^T - I``: ``v = k(h, h) + sum(A * Lambda A)``
+        and the location ``A^T m``, as two products (one product with ``[Lambda; m^T]``
+        would cost a zero-filled copy of its whole output for each slice in the backward
+        pass: 10-20 % of a default fit).
 
         Parameters
         ----------
@@ -144,11 +146,9 @@ class QEPLayer(nn.Module):
         A = self._projections(H.reshape(-1, H.shape[-1]), whitening)  # (D, M, S*B)
         S = self.variational_tril()
         eye = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
-        middle = torch.cat([S @ S.transpose(-1, -2) - eye, self.variational_mean.unsqueeze(-2)], -2)
-        product = middle @ A
-        n_inducing = S.shape[-1]
-        mean = product[:, n_inducing]
-        var = self.output_scale[:, None] + (A * product[:, :n_inducing]).sum(-2)
+        product = (S @ S.transpose(-1, -2) - eye) @ A
+        mean = (self.variational_mean.unsqueeze(-2) @ A).squeeze(-2)
+        var = self.output_scale[:, None] + (A * product).sum(-2)
         shape = H.shape[:-1] + (self.n_units,)
         mean = mean.transpose(0, 1).reshape(shape) + self.prior_mean(H)
         var = var.transpose(0, 1).reshape(shape).clamp_min(min_variance)
