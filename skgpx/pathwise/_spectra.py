@@ -127,6 +127,54 @@ def _gamma_unit_mean(shape, size, generator):
     return torch.as_tensor(rng.gamma(shape, 1.0 / shape, size=size), dtype=torch.float64)
 
 
+_SOBOL_BITS = 30
+
+
+def scrambled_sobol(n_sets, n_points, n_dims, rng):
+    """Independently scrambled copies of the first ``n_points`` Sobol points in
+    ``[0, 1)^n_dims``: shape (n_sets, n_points, n_dims).
+
+    Each copy gets its own linear matrix scramble and digital shift (Matousek, 1998), as
+    ``scipy.stats.qmc.Sobol(scramble=True)`` does, but all copies at once.  Over GF(2),
+    with the bits of a coordinate most significant first, a point is
+    ``x_n = XOR_k g_k(n) v_k`` with ``g(n) = n XOR (n >> 1)`` (the Gray-code order of
+    scipy's generator) and direction numbers ``v_k``, so scrambling the ``v_k`` by a
+    random unit lower-triangular ``M`` scrambles every point, ``M x_n``, and XOR with a
+    uniform shift makes each point uniform.  One scipy engine per copy cost 0.45 ms (9 s
+    for 20 000 independent bases); this costs about ``30 m`` passes over the
+    ``n_sets x n_dims x m`` direction numbers and ``m`` over the points,
+    ``m = ceil(log2 n_points)``.
+    """
+    bits = _SOBOL_BITS
+    m = max((n_points - 1).bit_length(), 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # balance note when 2^m is small
+        plain = stats.qmc.Sobol(n_dims, scramble=False, bits=bits).random(2**m)
+    plain = np.rint(plain * 2.0**bits).astype(np.int64)
+    directions = plain[2 ** np.arange(1, m + 1) - 1].T  # (d, m): the point with g(n) = 2^k
+    # row i of M: a one on the diagonal (bit i) and random bits above it in significance
+    rows = np.stack([
+        (rng.integers(0, 2**i, size=(n_sets, n_dims)) << (bits - i)) | (1 << (bits - 1 - i))
+        for i in range(bits)], axis=-1)  # (n_sets, d, bits)
+    scrambled = np.zeros((n_sets, n_dims, m), dtype=np.int64)
+    for i in range(bits):
+        scrambled |= _parity(rows[..., i, None] & directions) << (bits - 1 - i)
+    points = np.repeat(rng.integers(0, 2**bits, size=(n_sets, n_dims, 1)), n_points, axis=-1)
+    index = np.arange(n_points)
+    gray = index ^ (index >> 1)
+    for k in range(m):
+        chosen = ((gray >> k) & 1).astype(bool)
+        points[..., chosen] ^= scrambled[..., k, None]
+    return np.ascontiguousarray(points.transpose(0, 2, 1)) * 2.0**-bits
+
+
+def _parity(x):
+    """Parity of the bits of non-negative int64 values below ``2**32`` (0 or 1)."""
+    for shift in (16, 8, 4, 2, 1):
+        x = x ^ (x >> shift)
+    return x & 1
+
+
 def _qmc_frequencies(factor, size, n_features, generator):
     """Randomised quasi-Monte Carlo frequencies (scrambled Sobol), one point set per basis.
 
@@ -137,12 +185,8 @@ def _qmc_frequencies(factor, size, n_features, generator):
     estimate stays unbiased; the point set covers the spectral density evenly.
     """
     *batch, P = size
-    seeds = torch.randint(0, 2**31 - 1, (int(np.prod(batch)),), generator=generator)
-    points = np.empty((len(seeds), P, n_features))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # balance note when P is not 2^m
-        for b, seed in enumerate(seeds.tolist()):
-            points[b] = stats.qmc.Sobol(n_features, scramble=True, seed=seed).random(P)
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    points = scrambled_sobol(int(np.prod(batch)), P, n_features, np.random.default_rng(seed))
     z = stats.norm.ppf(np.clip(points, 1e-16, 1 - 1e-16))
     if factor.kind == "matern":
         r2 = (z**2).sum(-1, keepdims=True)

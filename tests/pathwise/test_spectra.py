@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from sklearn.gaussian_process import kernels as sk
 
 from skgpx.pathwise._spectra import (
@@ -10,6 +11,7 @@ from skgpx.pathwise._spectra import (
     LinearTerm,
     StationaryTerm,
     sample_unit_frequencies,
+    scrambled_sobol,
     spectral_terms,
 )
 
@@ -123,3 +125,23 @@ def test_qmc_frequencies_beat_iid_in_two_dimensions(kernel):
     Xq = np.random.RandomState(0).uniform(-2.0, 2.0, size=(50, 2))
     for F in [64, 256, 1024]:
         assert _rms_kernel_error(kernel, Xq, F, True) < _rms_kernel_error(kernel, Xq, F, False)
+
+
+def test_scrambled_sobol_sets_are_nets_with_uniform_points():
+    # What scipy's scrambled Sobol engine guarantees, for every set at once: the first 2^m
+    # points of the first two coordinates form a (0, m, 2)-net (one point in each
+    # elementary box of area 2^-m), and each point is uniform; sets are independent.
+    sets = scrambled_sobol(400, 64, 3, np.random.default_rng(0))
+    assert sets.shape == (400, 64, 3) and sets.min() >= 0 and sets.max() < 1
+    for a in range(7):
+        boxes = (np.floor(sets[..., 0] * 2**a) * 2**(6 - a)
+                 + np.floor(sets[..., 1] * 2**(6 - a)))
+        assert all(len(np.unique(row)) == 64 for row in boxes), a
+    for point in (0, 1, 37):  # point 0 is the shift alone
+        for dim in range(3):
+            assert stats.kstest(sets[:, point, dim], "uniform").pvalue > 1e-3
+    corr = np.corrcoef(sets[:200, 5, 0], sets[200:, 5, 0])[0, 1]  # 4.4 s.e. at n = 200
+    assert abs(corr) < 0.31
+    # fewer points than a power of two: the prefix of the same construction
+    odd = scrambled_sobol(50, 24, 1, np.random.default_rng(1))
+    assert all(len(np.unique(np.floor(row * 16))) == 16 for row in odd[:, :16, 0])
