@@ -155,12 +155,10 @@ def cos_sin_rows(phases, out):
             and not (phases.requires_grad or out.requires_grad)
             and torch.get_num_threads() == 1)
     kernel = _kernel() if fast else None
-    if kernel is not None:
-        batched = phases.dim() == 3
-        arrays = (t.numpy() if batched else t.numpy()[None] for t in (phases, out))
-        if not kernel(*arrays):
-            return out
-    P = phases.shape[-2]
+    P, n = phases.shape[-2:]
+    if kernel is not None and not kernel(phases.numpy().reshape(-1, P, n),
+                                         out.numpy().reshape(-1, 2 * P, n)):
+        return out
     torch.cos(phases, out=out[..., :P, :])
     torch.sin(phases, out=out[..., P:, :])
     return out

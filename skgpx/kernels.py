@@ -32,6 +32,7 @@ __all__ = [
     "default_kernel",
     "se_spectral_density",
     "split_white_noise",
+    "squared_distance_profile_",
     "stationary_from_sklearn",
     "stationary_profile",
     "unit_stationary_kernel",
@@ -210,6 +211,38 @@ class _Stationary(_Node):
         return torch.ones(X.shape[0], dtype=X.dtype, device=X.device)
 
 
+_MATERN_SCALE = {"matern32": math.sqrt(3.0), "matern52": math.sqrt(5.0)}
+
+
+def _matern_values_(z, e, name):
+    """The Matérn 3/2 or 5/2 correlation ``(1 + z) e`` or ``(1 + z + z^2 / 3) e`` at
+    ``z = sqrt(2 nu) r`` given ``e = exp(-z)``, written over ``z``."""
+    if name == "matern52":
+        z.add_(z * z / 3.0)
+    return z.add_(1.0).mul_(e)
+
+
+def squared_distance_profile_(d, name):
+    """``k`` and its slope in ``d`` at squared scaled distances ``d = r^2``, for the RBF
+    and the Matérn 3/2 and 5/2 profiles.
+
+    Returns ``(k, slope, factor)`` with ``dk/dd = factor * slope``: ``-k / 2`` (``slope``
+    is ``k`` itself), ``-3/2 e^{-sqrt3 r}`` or ``-5/6 (1 + sqrt5 r) e^{-sqrt5 r}``, all
+    finite at ``d = 0``.  ``d`` is overwritten: ``k`` is its storage.  Negative ``d`` (the
+    round-off of ``|x|^2 + |y|^2 - 2 x.y``) counts as zero.
+    """
+    d.clamp_min_(0.0)
+    if name == "rbf":
+        k = d.mul_(-0.5).exp_()
+        return k, k, -0.5
+    z = d.sqrt_().mul_(_MATERN_SCALE[name])  # sqrt(2 nu) r
+    e = torch.exp(-z)
+    if name == "matern32":
+        return _matern_values_(z, e, name), e, -1.5
+    slope = (z + 1.0).mul_(e)
+    return _matern_values_(z, e, name), slope, -5.0 / 6.0
+
+
 class _Profile(torch.autograd.Function):
     """``k(r)`` with a hand-written derivative: one exponential and in-place arithmetic,
     about half the memory traffic of the composed operations (kernel evaluation
@@ -224,14 +257,11 @@ class _Profile(torch.autograd.Function):
             ctx.save_for_backward(r, e)
             ctx.name = name
             return e
-        c = math.sqrt(3.0) if name == "matern32" else math.sqrt(5.0)
-        z = r * c
+        z = r * _MATERN_SCALE[name]
         e = torch.exp(-z)
         ctx.save_for_backward(r, e)
         ctx.name = name
-        if name == "matern32":
-            return z.add_(1.0).mul_(e)
-        return (z * z).div_(3.0).add_(z).add_(1.0).mul_(e)
+        return _matern_values_(z, e, name)
 
     @staticmethod
     @once_differentiable
@@ -611,20 +641,7 @@ class _SquaredDistanceProfile(torch.autograd.Function):
     def forward(ctx, X, Y, name):
         d = X @ Y.transpose(-1, -2)
         d.mul_(-2.0).add_((X * X).sum(-1, keepdim=True)).add_((Y * Y).sum(-1).unsqueeze(-2))
-        d.clamp_min_(0.0)
-        if name == "rbf":
-            k = d.mul_(-0.5).exp_()
-            slope, factor = k, -0.5
-        else:
-            c = math.sqrt(3.0) if name == "matern32" else math.sqrt(5.0)
-            z = d.sqrt_().mul_(c)  # c r, in place of d
-            e = torch.exp(-z)
-            if name == "matern32":
-                slope, factor = e, -1.5
-                k = z.add_(1.0).mul_(e)
-            else:  # (1 + z + z^2 / 3) e with z = sqrt(5) r; slope (1 + z) e
-                slope, factor = (z + 1.0).mul_(e), -5.0 / 6.0
-                k = z.mul_(z).div_(3.0).mul_(e).add_(slope)
+        k, slope, factor = squared_distance_profile_(d, name)
         ctx.save_for_backward(X, Y, slope)
         ctx.factor = factor
         return k
@@ -637,19 +654,12 @@ class _SquaredDistanceProfile(torch.autograd.Function):
         scale = 2.0 * ctx.factor
         grad_X = grad_Y = None
         if ctx.needs_input_grad[0]:
-            grad_X = (X * G.sum(-1, keepdim=True) - G @ Y).mul_(scale)
-            grad_X = _sum_to(grad_X, X.shape)
+            # sum_to_size: over the axes that broadcasting the other operand added
+            grad_X = (X * G.sum(-1, keepdim=True) - G @ Y).mul_(scale).sum_to_size(X.shape)
         if ctx.needs_input_grad[1]:
             grad_Y = (Y * G.sum(-2).unsqueeze(-1) - G.transpose(-1, -2) @ X).mul_(scale)
-            grad_Y = _sum_to(grad_Y, Y.shape)
+            grad_Y = grad_Y.sum_to_size(Y.shape)
         return grad_X, grad_Y, None
-
-
-def _sum_to(grad, shape):
-    """Sum a gradient over the axes that broadcasting added or expanded."""
-    if grad.shape == shape:
-        return grad
-    return grad.sum_to_size(shape)
 
 
 def stationary_from_sklearn(kernel):

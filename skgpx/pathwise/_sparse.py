@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from .._base import rows_per_chunk
+from ..kernels import squared_distance_profile_
 from ..linalg import (NotPositiveDefiniteError, gram, jittered_cholesky, lower_inverse,
                       lower_matmul, matmul, solve_lower)
 from ._features import Buffers
@@ -191,16 +192,8 @@ class StationaryCross:
         E = self._exponent(Xs, log_weight, out)
         if self.profile == "rbf":
             return E.exp_(), None
-        r2 = E.clamp_(min=0.0)
-        root = math.sqrt(3.0 if self.profile == "matern32" else 5.0)
-        z = r2.sqrt_().mul_(root)
-        e = torch.exp(-z)
-        if self.profile == "matern32":  # (1 + z) e^-z,  d/dr^2 = -(3/2) e^-z
-            slope = e * (-1.5 * self.scale)
-            K = z.add_(1.0).mul_(e)
-        else:  # (1 + z + z^2/3) e^-z,  d/dr^2 = -(5/6)(1 + z) e^-z
-            slope = (z + 1.0).mul_(e).mul_(-5.0 / 6.0 * self.scale)
-            K = z.add_(z * z / 3.0).add_(1.0).mul_(e)
+        K, slope, factor = squared_distance_profile_(E, self.profile)  # E = r^2
+        slope.mul_(factor * self.scale)
         K.mul_(self.scale)  # K is E's storage, so ``out`` when given
         if log_weight is not None:
             K.mul_(torch.exp(log_weight))
