@@ -613,7 +613,7 @@ def unit_stationary_kernel(X, Y, length_scale, output_scale, name):
     """
     Xs, Ys = X / length_scale, Y / length_scale
     if name == "matern12":  # its slope in r^2 is infinite at r = 0: through the distance
-        k = stationary_profile(torch.cdist(Xs, Ys), name)
+        k = stationary_profile(_distance(Xs, Ys), name)
     else:
         k = _SquaredDistanceProfile.apply(Xs, Ys, name)
     return output_scale[:, None, None] * k

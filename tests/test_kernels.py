@@ -105,6 +105,19 @@ def test_unit_kernels_match_sklearn_per_unit(name):
 
 
 @pytest.mark.parametrize("name", sorted(UNIT_KERNELS))
+def test_unit_kernels_are_exact_at_coincident_rows(name):
+    # inducing points on data rows (as a fit initialises them), enough rows for torch's
+    # cdist to take its |x|^2 + |y|^2 - 2 x.y route: there r came out near 1e-7 instead of
+    # 0, and the Laplace kernel exp(-r) is off by as much
+    rng = np.random.RandomState(0)
+    Xn = 3.0 * rng.randn(300, 2)
+    Zn = Xn[None, :30].copy()
+    ls, scale = np.full((1, 1, 2), 0.7), np.array([1.3])
+    K = unit_stationary_kernel(_torch(Xn), _torch(Zn), _torch(ls), _torch(scale), name)
+    np.testing.assert_allclose(K[0, :30].diagonal().numpy(), 1.3, rtol=1e-13)
+
+
+@pytest.mark.parametrize("name", sorted(UNIT_KERNELS))
 def test_unit_kernel_gradients_by_gradcheck(name):
     # inputs, inducing points and length scales, with coincident rows (x = z and the
     # self-kernel's diagonal): every gradient against finite differences
