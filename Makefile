@@ -10,7 +10,7 @@ PIP := $(VENV)/bin/pip
 MALLOC_ENV := MALLOC_TRIM_THRESHOLD_=134217728 MALLOC_MMAP_THRESHOLD_=33554432
 TEST_ENV := SCIPY_ARRAY_API=1 MKL_CBWR=AUTO,STRICT OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(MALLOC_ENV)
 
-.PHONY: install install-bench demo test bench docs docs-noplot docs-quick docs-clean clean distclean
+.PHONY: install install-bench demo test test-fast bench docs docs-noplot docs-quick docs-clean clean distclean
 
 $(PY):
 	python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -45,6 +45,14 @@ demo: install
 test: install
 	$(PY) -m flake8
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal --durations=25 tests
+
+# The loop to iterate with: every unit, contract, parity and bad-input test, without the
+# paper-level checks (the `slow` marker); extra pytest options in PYTEST_ARGS, e.g.
+# make test-fast PYTEST_ARGS="-k dkp".
+PYTEST_ARGS ?=
+test-fast: install
+	$(PY) -m flake8
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal --durations=10 -m "not slow" $(PYTEST_ARGS) tests
 
 # The documentation (HTML in doc/_build/html), warnings as errors.  `make docs` runs every
 # gallery example; `docs-noplot` writes the gallery pages without running them (seconds);

@@ -18,6 +18,11 @@ DKP_FAST = dict(max_iter=3, device="cpu")
 DRD_FAST = dict(max_iter=8, tol=None, device="cpu")
 """SmoothDRDRegressor: eight outer iterations, no early stop (about a second on 30 x 40)."""
 
+DRD_CHECKS = dict(max_iter=8, tol=None)
+"""SmoothDRDRegressor in the scikit-learn checks: ``DRD_FAST`` on the default device (the
+checks' clone and pickle round trips keep ``device='auto'``); the default-constructed
+estimator is checked too (API checks always, the full suite under ``slow``)."""
+
 KEP_SMALL = dict(tokenizer="patches", patch_size=4, d_model=16, depth=1, max_iter=5,
                  random_state=0)
 """KEPSVGPClassifier on 8 x 8 digit images: four 4 x 4 patches, one 16-wide block, five epochs."""
