@@ -246,16 +246,21 @@ def prediction_generator(estimator, random_state):
     return cpu_generator(seed)
 
 
-def loadable_device(device, owner):
+def loadable_device(device, owner=None):
     """The device an unpickled object fitted on ``device`` goes to: that device, or the CPU
-    with a warning when it is a CUDA device and CUDA is not available here."""
+    with a warning naming ``owner`` when it is a CUDA device and CUDA is not available here.
+
+    ``owner=None`` falls back without a warning: for a part (an estimator's skorch net) whose
+    owner warns, so that loading a model warns once.
+    """
     device = str(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
-        warnings.warn(
-            f"{owner} was fitted on {device!r} but CUDA is not available here; its tensors "
-            "are loaded on the CPU.",
-            UserWarning,
-        )
+        if owner is not None:
+            warnings.warn(
+                f"{owner} was fitted on {device!r} but CUDA is not available here; its "
+                "tensors are loaded on the CPU.",
+                UserWarning,
+            )
         return "cpu"
     return device
 

@@ -1,6 +1,7 @@
 """Device, dtype, seed and pickling plumbing of the torch estimator mixin."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -85,6 +86,19 @@ def test_cuda_fit_loads_on_cpu_with_a_warning():
         with pytest.warns(UserWarning, match="CUDA is not available"):
             toy.__setstate__(state)
         assert toy.device_ == "cpu" and toy._state.device.type == "cpu"
+
+
+def test_loadable_device_warns_only_for_a_named_owner(monkeypatch):
+    # a part of an estimator (its skorch net) falls back silently: the estimator warns once
+    from skgpx._base import loadable_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="Toy was fitted on 'cuda:0' but CUDA is not"):
+        assert loadable_device("cuda:0", "Toy") == "cpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert loadable_device("cuda:0") == "cpu"
+        assert loadable_device("cpu", "Toy") == "cpu"
 
 
 def test_rows_per_chunk_bounds_memory():

@@ -6,16 +6,15 @@ plus the attention layers' KL terms per training row and the kernel-SVD objectiv
 """
 
 import torch
-from skorch import NeuralNet
 from skorch.callbacks import LRScheduler
 
 from .._base import cpu_generator
-from .._skorch import EpochBar, TensorBatches
+from .._skorch import EpochBar, PortableNet, TensorBatches
 
 __all__ = ["KEPNet", "build_net"]
 
 
-class KEPNet(NeuralNet):
+class KEPNet(PortableNet):
     """``loss = CE + kl_weight * KL / n_train + eta * L_KSVD``."""
 
     def get_loss(self, y_pred, y_true, X=None, training=False):

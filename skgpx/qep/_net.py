@@ -7,17 +7,16 @@ epoch-level progress bar.
 """
 
 import torch
-from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping
 from skorch.dataset import ValidSplit
 
 from .._base import cpu_generator
-from .._skorch import EpochBar, TensorBatches, silent
+from .._skorch import EpochBar, PortableNet, TensorBatches, silent
 
 __all__ = ["QEPNet", "build_net"]
 
 
-class QEPNet(NeuralNet):
+class QEPNet(PortableNet):
     """``loss = -E[log-likelihood per row] + KL / N`` (minus the ELBO per row), ``N`` the number of
     training rows after the validation split."""
 
