@@ -341,6 +341,44 @@ def test_shallow_gp_reaches_sklearn_optimum_at_any_noise(noise, n_targets):
     np.testing.assert_allclose(std, sk_std, rtol=1e-6)
 
 
+@pytest.mark.parametrize("learnable", [[True, True], [True, False], [False, True]])
+def test_output_newton_step_uses_the_autograd_hessian(learnable):
+    """With ``curvature`` the output-node step is Newton's, ``-H^-1 g`` in log weights, for
+    the Hessian and gradient of nu/2 (-log|S| - Tr(S^-1 R R^T)), S = w K + s I, that
+    autograd gives (near the optimum, where -H is positive definite and no clip acts)."""
+    from skgpx.dkp._solver import _data_curvature, _fisher_step, _times_next
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 3))
+    K = torch.tensor(_np_sqexp(X @ X.T / 3))
+    f = np.linalg.cholesky(K.numpy() + 1e-9 * np.eye(40)) @ rng.normal(size=(40, 2))
+    root = torch.tensor(f + 0.1 * rng.normal(size=(40, 2))) / np.sqrt(2.0)
+    nu = 2.0
+    eye = torch.eye(40, dtype=torch.float64)
+
+    def value(u):
+        S = torch.exp(u[0]) * K + torch.exp(u[1]) * eye
+        L = torch.linalg.cholesky(S)
+        white = torch.linalg.solve_triangular(L, root, upper=False)
+        return 0.5 * nu * (-2 * torch.log(L.diagonal()).sum() - (white * white).sum())
+
+    u = torch.log(torch.tensor([1.2, 0.008], dtype=torch.float64))
+    index = [a for a, flag in enumerate(learnable) if flag]
+    gradient = torch.autograd.functional.jacobian(value, u)[index]
+    hessian = torch.autograd.functional.hessian(value, u)[index][:, index]
+    expected = -torch.linalg.solve(hessian, gradient)
+    # near the optimum: -H positive definite, and the step below the +-2 clip
+    assert bool((torch.linalg.eigvalsh(hessian) < 0).all())
+    assert 1e-3 < float(expected.abs().max()) < 1.0
+    weights = torch.exp(u)
+    inverse = torch.linalg.inv(weights[0] * K + weights[1] * eye)
+    products = [inverse @ d for d, flag in zip([K, eye], learnable) if flag]
+    step, gain = _fisher_step(weights, learnable, products, _times_next(inverse, root=root), nu,
+                              curvature=_data_curvature(products, inverse @ root, root))
+    np.testing.assert_allclose(step[index].numpy(), expected.numpy(), rtol=1e-8)
+    assert gain(1.0) == pytest.approx(0.5 * float(gradient @ expected), rel=1e-8)
+
+
 # ----------------------------------------------------------------------------- solvers
 def test_kleinman_solver_gives_the_same_fit():
     X, y = make_dkp_toy(n_samples=30, random_state=2)
