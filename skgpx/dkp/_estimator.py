@@ -244,7 +244,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     ([1]_, Eq. 123).  Deviations from [1]_, each checked numerically: the spurious
     ``nu/2`` inside Eqs. 10-11 is dropped; ``Diag(N K^-1)`` replaces ``Diag(K^-1 N)``
     (Eqs. 25, 31); the natural-gradient weight step uses ``F^-1 g`` in log space with
-    an acceptance check (App. K prints ``-F g``); the Riccati equation is solved in
+    an acceptance check (App. K prints ``-F g``), and with ``objective='gp'`` the
+    output weights take Newton steps instead; the Riccati equation is solved in
     closed form (``A = alpha I`` commutes), Kleinman-Newton being the fallback;
     ``Omega`` gets mirror terms by analogy with the hidden layers (the design notes in
     the documentation give the reasons).  When a layer's

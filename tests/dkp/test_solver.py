@@ -263,6 +263,156 @@ def test_weight_updates_stop_at_a_stationary_point(noise, scale):
     np.testing.assert_allclose(gradient, 0.0, atol=1e-4)
 
 
+def _gp_draw_data(noise, n_targets, n=120, d=4, seed=0):
+    """Targets from the shallow GP itself (RBF(sqrt(d)) on standardised X), each column
+    a unit-variance draw mixed with noise so the normalised noise variance is ~``noise``."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    kernel = RBF(np.sqrt(d))(_standardised(X)) + 1e-10 * np.eye(n)
+    f = np.linalg.cholesky(kernel) @ rng.normal(size=(n, n_targets))
+    f = (f - f.mean(0)) / f.std(0)
+    y = 5.0 + 3.0 * (np.sqrt(1.0 - noise) * f + np.sqrt(noise) * rng.normal(size=(n, n_targets)))
+    return X, y[:, 0] if n_targets == 1 else y
+
+
+def _sklearn_gp(X, y, theta=None):
+    """sklearn's GPR of the same model (no alpha: our model has none), at ``exp(theta)``
+    or with the default initial values."""
+    d = X.shape[1]
+    kernel = (ConstantKernel(1.0, (1e-8, 1e8)) * RBF(np.sqrt(d), length_scale_bounds="fixed")
+              + WhiteKernel(0.1, (1e-10, 1e2)))
+    if theta is not None:
+        kernel = kernel.clone_with_theta(theta)
+    return GaussianProcessRegressor(kernel, alpha=0.0, normalize_y=True, optimizer=None).fit(
+        _standardised(X), y)
+
+
+def _sklearn_optimum(X, y):
+    """Maximiser of sklearn's log marginal likelihood in (log c, log noise): L-BFGS-B from
+    three starts, then Newton on sklearn's analytic gradient (central differences for the
+    Hessian), since L-BFGS-B alone stopped with gradients up to 1e-5 on these problems."""
+    from scipy.optimize import minimize
+
+    gpr = _sklearn_gp(X, y)
+
+    def grad(theta):
+        return gpr.log_marginal_likelihood(theta, eval_gradient=True, clone_kernel=False)[1]
+
+    def negative(theta):
+        value, gradient = gpr.log_marginal_likelihood(theta, eval_gradient=True)
+        return -value, -gradient
+
+    starts = np.log([[1.0, 0.1], [1.0, 1e-3], [3.0, 1e-4]])
+    theta = min((minimize(negative, start, jac=True, method="L-BFGS-B") for start in starts),
+                key=lambda result: result.fun).x
+    for _ in range(6):
+        hessian = np.column_stack([(grad(theta + h) - grad(theta - h)) / 2e-5
+                                   for h in 1e-5 * np.eye(2)])
+        theta = theta - np.linalg.solve(0.5 * (hessian + hessian.T), grad(theta))
+    return theta, grad(theta)
+
+
+@pytest.mark.parametrize("n_targets", [1, 2])
+@pytest.mark.parametrize("noise", [1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9])
+def test_shallow_gp_reaches_sklearn_optimum_at_any_noise(noise, n_targets):
+    """Issue 31 (item 2): at low noise the Fisher-scoring weight steps stopped ~1e-6 short
+    of the optimum, with sklearn's LML gradient 1e-6..1e-4 at the fitted point, whatever
+    max_iter: their predicted gains fell below the rounding level of the objective while
+    the weights were still off.  Newton steps (observed Hessian) reach the optimum.  The
+    objective is sklearn's LML (summed over targets for 2-D y, spec Sec. 1.1)."""
+    X, y = _gp_draw_data(noise, n_targets)
+    theta, gradient = _sklearn_optimum(X, y)
+    np.testing.assert_allclose(gradient, 0.0, atol=1e-8)  # the oracle is stationary
+    model = DeepKernelProcessRegressor(
+        n_layers=0, input_scale=False, objective="gp", max_iter=60, tol=1e-10, device="cpu"
+    ).fit(X, y)
+    assert model.converged_
+    fitted = _sklearn_gp(X, y, np.log([model.output_weight_, model.noise_variance_]))
+    value, fitted_gradient = fitted.log_marginal_likelihood(
+        fitted.kernel_.theta, eval_gradient=True)
+    assert model.objective_ == pytest.approx(value, rel=1e-8)
+    # zero up to rounding (the oracle's own gradient is below 1e-8 too)
+    np.testing.assert_allclose(fitted_gradient, 0.0, atol=1e-7)
+    X_test = np.random.default_rng(1).normal(size=(40, X.shape[1]))
+    mean, std = model.predict(X_test, return_std=True)
+    sk_mean, sk_std = _sklearn_gp(X, y, theta).predict(
+        (X_test - X.mean(0)) / X.std(0), return_std=True)
+    np.testing.assert_allclose(mean, sk_mean, rtol=1e-6)
+    np.testing.assert_allclose(std, sk_std, rtol=1e-6)
+
+
+@pytest.mark.parametrize("learnable", [[True, True], [True, False], [False, True]])
+def test_output_newton_step_uses_the_autograd_hessian(learnable):
+    """With ``curvature`` the output-node step is Newton's, ``-H^-1 g`` in log weights, for
+    the Hessian and gradient of nu/2 (-log|S| - Tr(S^-1 R R^T)), S = w K + s I, that
+    autograd gives (near the optimum, where -H is positive definite and no clip acts)."""
+    from skgpx.dkp._solver import _data_curvature, _fisher_step, _times_next
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 3))
+    K = torch.tensor(_np_sqexp(X @ X.T / 3))
+    f = np.linalg.cholesky(K.numpy() + 1e-9 * np.eye(40)) @ rng.normal(size=(40, 2))
+    root = torch.tensor(f + 0.1 * rng.normal(size=(40, 2))) / np.sqrt(2.0)
+    nu = 2.0
+    eye = torch.eye(40, dtype=torch.float64)
+
+    def value(u):
+        S = torch.exp(u[0]) * K + torch.exp(u[1]) * eye
+        L = torch.linalg.cholesky(S)
+        white = torch.linalg.solve_triangular(L, root, upper=False)
+        return 0.5 * nu * (-2 * torch.log(L.diagonal()).sum() - (white * white).sum())
+
+    u = torch.log(torch.tensor([1.2, 0.008], dtype=torch.float64))
+    index = [a for a, flag in enumerate(learnable) if flag]
+    gradient = torch.autograd.functional.jacobian(value, u)[index]
+    hessian = torch.autograd.functional.hessian(value, u)[index][:, index]
+    expected = -torch.linalg.solve(hessian, gradient)
+    # near the optimum: -H positive definite, and the step below the +-2 clip
+    assert bool((torch.linalg.eigvalsh(hessian) < 0).all())
+    assert 1e-3 < float(expected.abs().max()) < 1.0
+    weights = torch.exp(u)
+    inverse = torch.linalg.inv(weights[0] * K + weights[1] * eye)
+    products = [inverse @ d for d, flag in zip([K, eye], learnable) if flag]
+    step, gain = _fisher_step(weights, learnable, products, _times_next(inverse, root=root), nu,
+                              curvature=_data_curvature(products, inverse @ root, root))
+    np.testing.assert_allclose(step[index].numpy(), expected.numpy(), rtol=1e-8)
+    assert gain(1.0) == pytest.approx(0.5 * float(gradient @ expected), rel=1e-8)
+
+
+def _log_weight_gradient(model):
+    """Autograd gradient of the 'gp' objective in the log weights of every node."""
+    from skgpx.dkp._model import forward_prior_means
+
+    config, state = _config(model), _state_from(model)
+    logs = [torch.log(w).requires_grad_(True) for w in state.weights]
+    state.weights = [torch.exp(u) for u in logs]
+    forward_prior_means(config, state)
+    gradients = torch.autograd.grad(dkp_objective(config, state), logs)
+    return np.concatenate([g.numpy() for g in gradients])
+
+
+@pytest.mark.parametrize("data, max_iter", [("toy", 80), ("friedman", 20)])
+def test_deep_gp_does_not_stop_away_from_a_stationary_point(data, max_iter):
+    """A deep 'gp' fit may claim convergence only at a stationary point.  The hidden nodes'
+    Fisher matrices are nearly singular; per-coordinate clipping of their steps gave
+    descent directions that every halving rejected, so the sweeps stopped moving and
+    ``tol`` reported convergence at log-weight gradients up to 12 (friedman)."""
+    from sklearn.datasets import make_friedman1
+
+    X, y = (TOY_X, TOY_Y) if data == "toy" else make_friedman1(
+        n_samples=330, n_features=6, noise=0.5, random_state=0)  # spec Sec. 14's set
+    X, y = X[:200], y[:200]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = DeepKernelProcessRegressor(
+            objective="gp", max_iter=max_iter, tol=1e-12, device="cpu").fit(X, y)
+    gradient = _log_weight_gradient(model)
+    if data == "toy":  # small enough to reach the stationary point
+        assert model.converged_
+    if model.converged_:
+        np.testing.assert_allclose(gradient, 0.0, atol=1e-3)
+
+
 # ----------------------------------------------------------------------------- solvers
 def test_kleinman_solver_gives_the_same_fit():
     X, y = make_dkp_toy(n_samples=30, random_state=2)
