@@ -1,0 +1,178 @@
+"""Which exact solver ``solver="auto"`` takes, and what a CG fit will cost.
+
+The exact mode solves with ``K_A = k(X, X) + diag(noise)`` by a Cholesky factor (three
+dense ``n x n`` buffers, ``O(n^3)``) or by preconditioned block CG on kernel products
+formed in row chunks (``O(n^2)`` per iteration, ``O(chunk * n)`` memory).  Past a few
+ten thousand rows a CG fit on a CPU takes minutes to hours; :func:`cg_fit_solve` times
+it before it starts and warns (once per fit) when the estimate exceeds
+:data:`CG_WARNING_SECONDS`, and shows its progress with ``verbose``.
+"""
+
+import math
+import sys
+import time
+import warnings
+
+import torch
+
+from .._memory import available_memory
+from .._base import progress_bar
+from ._model import CGSolver
+
+# solver="auto", cholesky_max_n="auto", fixed hyperparameters: factorise when the
+# Cholesky buffers take at most this share of the memory available on the device
+AUTO_MEMORY_FRACTION = 0.5
+# ... and the Cholesky buffers of such a solve: K_A, its factor, and the distances or
+# kernel temporaries that the evaluation of K_A holds at its peak
+CHOLESKY_BUFFERS = 3
+# solver="auto", cholesky_max_n="auto", hyperparameters to fit: a row limit, since every
+# optimizer step factorises again and CG cannot fit them (the error points to sparse mode)
+FIT_CHOLESKY_MAX_N = 8000
+# warn when the estimated time of a CG fit's solve exceeds this (seconds)
+CG_WARNING_SECONDS = 60.0
+# iterations assumed before the solve starts: a lower bound of what a solve to
+# cg_tol=1e-4 takes with a pivoted-Cholesky preconditioner (10-16 on 1000-4000 rows of a
+# smooth 2-D problem, 40 on 50 000 rows; benchmarks/pathwise_cg.py), so that the estimate
+# made before the first iteration does not warn without reason
+MIN_EXPECTED_ITERATIONS = 10
+# from this iteration on, the remaining iterations are projected from the residuals
+PROJECT_FROM_ITERATION = 3
+
+
+def resolve_solver(est, n, itemsize, fitting, device):
+    """``"cholesky"`` or ``"cg"`` for ``solver="auto"`` on ``n`` rows.
+
+    An integer ``cholesky_max_n`` is a row limit.  ``"auto"`` factorises, with fixed
+    hyperparameters, when the :data:`CHOLESKY_BUFFERS` ``n x n`` buffers take at most
+    :data:`AUTO_MEMORY_FRACTION` of the memory available on ``device`` (GPU memory on
+    CUDA), and, with hyperparameters to fit, up to :data:`FIT_CHOLESKY_MAX_N` rows.
+    """
+    if est.solver != "auto":
+        return est.solver
+    if est.cholesky_max_n != "auto":
+        return "cholesky" if n <= est.cholesky_max_n else "cg"
+    if fitting:
+        return "cholesky" if n <= FIT_CHOLESKY_MAX_N else "cg"
+    needed = CHOLESKY_BUFFERS * n * n * itemsize
+    return "cholesky" if needed <= AUTO_MEMORY_FRACTION * available_memory(device) else "cg"
+
+
+def _synchronize(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds_per_product(operator, n_rhs, repeats=2):
+    """Seconds of one product ``K_A V`` with ``V`` of shape (n, n_rhs), timed on the
+    first row chunk (the fastest of ``repeats`` runs) and scaled to all ``n`` rows."""
+    n = operator.shape[0]
+    rows = min(operator.rows_per_chunk, n)
+    V = torch.ones(n, n_rhs, dtype=operator.dtype, device=operator.device)
+    best = math.inf
+    for _ in range(repeats):
+        _synchronize(operator.device)
+        start = time.perf_counter()
+        operator.matmul(V, stop=rows)
+        _synchronize(operator.device)
+        best = min(best, time.perf_counter() - start)
+    return best * n / rows
+
+
+def format_seconds(seconds):
+    """``'45 s'``, ``'12 min'`` or ``'2.5 h'``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class CGCostMonitor:
+    """Estimates the time of a block CG solve, warns once when it is long, and drives
+    the progress bar (a ``callback`` of :func:`skgpx._krylov.block_cg`).
+
+    Before the first iteration the estimate is ``per_iteration * MIN_EXPECTED_ITERATIONS``
+    (a lower bound); from iteration :data:`PROJECT_FROM_ITERATION` on it is the time
+    spent plus the measured time per iteration times the iterations still needed, which
+    the worst column's residual projects at its average rate so far,
+    ``k * log(tol / r_k) / log(r_k)`` more for a relative residual ``r_k`` after ``k``
+    iterations (at most ``max_iter`` in all).
+    """
+
+    def __init__(self, *, n, n_rhs, device, tol, max_iter, per_iteration, bar, verbose):
+        self.n, self.n_rhs, self.device = n, n_rhs, str(device)
+        self.tol, self.max_iter = tol, max_iter
+        self.per_iteration = per_iteration
+        self.bar, self.verbose = bar, verbose
+        self.warned = False
+        self.start = time.perf_counter()
+
+    def before(self):
+        """The estimate before the first iteration; warns when it is too long."""
+        iterations = min(MIN_EXPECTED_ITERATIONS, self.max_iter)
+        self._check(iterations * self.per_iteration, iterations, "at least ")
+
+    def projected_iterations(self, k, worst):
+        """Iterations in all that the worst relative residual ``worst`` after ``k``
+        iterations projects to (``max_iter`` when it has not decreased)."""
+        if worst <= self.tol:
+            return k
+        if not 0 < worst < 1:
+            return self.max_iter
+        total = k * math.log(self.tol) / math.log(worst)
+        return int(min(self.max_iter, math.ceil(total)))
+
+    def __call__(self, k, relative):
+        worst = float(relative.max())
+        self.bar.update(1)
+        self.bar.set_postfix(relative_residual=f"{worst:.3g}")
+        if self.verbose >= 2:
+            self.bar.write(f"CG iteration {k}: largest relative residual {worst:.3g}",
+                           file=sys.stderr)
+        if self.warned or k < PROJECT_FROM_ITERATION:
+            return
+        elapsed = time.perf_counter() - self.start
+        total = self.projected_iterations(k, worst)
+        self.per_iteration = elapsed / k  # measured now, preconditioner included
+        self._check(elapsed + (total - k) * self.per_iteration, total, "about ")
+
+    def _check(self, seconds, iterations, qualifier):
+        if self.warned or seconds <= CG_WARNING_SECONDS:
+            return
+        self.warned = True
+        faster = "sparse mode (n_inducing=512, say; O(n m^2) per pass over the rows)"
+        if not self.device.startswith("cuda"):
+            faster += " or a GPU (device='cuda')"
+        warnings.warn(
+            f"PathwiseGPSampler.fit: the conjugate-gradient solve with K_A on {self.n} rows "
+            f"({self.n_rhs} right-hand side(s)) is estimated to take {qualifier}"
+            f"{format_seconds(seconds)} on {self.device} ({qualifier}{iterations} "
+            f"iterations at {self.per_iteration:.3g} s each); predictions with return_std "
+            f"and posterior draws solve again. {faster[0].upper() + faster[1:]} is much "
+            "faster; verbose=1 shows the solve's progress. This warning comes when the "
+            f"estimate exceeds {CG_WARNING_SECONDS:g} s.",
+            UserWarning,
+        )
+
+
+def cg_fit_solve(est, kernel, X, theta, noise, Y):
+    """Build the CG solver of ``K_A`` and solve ``K_A a = Y``, timed and reported.
+
+    Returns ``(solver, a)``; ``solver.n_iter`` holds the iterations of the solve.
+    """
+    with progress_bar(est.verbose, "PathwiseGPSampler CG solve", total=est.cg_max_iter) as bar:
+        solver = CGSolver.build(kernel, X, theta, noise, rank=est.cg_preconditioner_rank,
+                                tol=est.cg_tol, max_iter=est.cg_max_iter)
+        operator = solver.operator()
+        per_product = seconds_per_product(operator, Y.shape[1])
+        monitor = CGCostMonitor(n=X.shape[0], n_rhs=Y.shape[1], device=X.device,
+                                tol=est.cg_tol, max_iter=est.cg_max_iter,
+                                per_iteration=per_product, bar=bar, verbose=est.verbose)
+        monitor.before()
+        a, solver.n_iter = solver.solve(Y, what="K_A^-1 y", callback=monitor,
+                                        operator=operator)
+    return solver, a
+
+
+__all__ = ["AUTO_MEMORY_FRACTION", "CG_WARNING_SECONDS", "CGCostMonitor", "cg_fit_solve",
+           "resolve_solver", "seconds_per_product"]
