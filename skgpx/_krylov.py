@@ -4,7 +4,8 @@
 block of rows ``k(X_c, X)`` at a time.  :func:`block_cg` solves ``K_A V = R`` for all
 columns of ``R`` at once (one operator product per iteration for the whole block), with
 a Jacobi or a pivoted-Cholesky (Woodbury) preconditioner.  Used by the pathwise sampler
-above its Cholesky size limit (``solver="auto"``, ``n > cholesky_max_n``).
+where its Cholesky factor would not fit (``solver="auto"``; see
+``skgpx.pathwise._exact_solver``).
 """
 
 import math

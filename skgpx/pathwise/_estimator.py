@@ -28,7 +28,12 @@ from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collec
 from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
 from . import _sparse
-from ._exact_solver import FIT_CHOLESKY_MAX_N, cg_fit_solve, resolve_solver
+from ._exact_solver import (
+    FIT_CHOLESKY_MAX_N,
+    cg_fit_solve,
+    check_cholesky_cost,
+    resolve_solver,
+)
 from ._model import (
     clip_negative_variance,
     lml_from_factor,
@@ -461,6 +466,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             jitter = factors.jitter
         else:
             factors = None
+            if mode == "cholesky" and not structured:
+                check_cholesky_cost(self, torch_kernel, torch_kernel.theta_tensor(device, dtype),
+                                    X_t, Y_t, alpha_t, fitting)
             if fitting:
                 theta, lml = optimize_exact(self, torch_kernel, X_t, Y_t, alpha_t, rng, history)
                 kernel.theta = theta

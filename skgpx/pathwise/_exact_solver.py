@@ -2,10 +2,13 @@
 
 The exact mode solves with ``K_A = k(X, X) + diag(noise)`` by a Cholesky factor (three
 dense ``n x n`` buffers, ``O(n^3)``) or by preconditioned block CG on kernel products
-formed in row chunks (``O(n^2)`` per iteration, ``O(chunk * n)`` memory).  Past a few
-ten thousand rows a CG fit on a CPU takes minutes to hours; :func:`cg_fit_solve` times
-it before it starts and warns (once per fit) when the estimate exceeds
-:data:`CG_WARNING_SECONDS`, and shows its progress with ``verbose``.
+formed in row chunks (``O(n^2)`` per iteration, ``O(chunk * n)`` memory).  Past some
+thousands of rows either takes minutes on a CPU, and an exact fit of the
+hyperparameters repeats the factorisation at every optimizer step.  Nothing of that
+runs silently: :func:`cg_fit_solve` and :func:`check_cholesky_cost` time a small part
+of the work before it starts and warn (once per fit) when the estimate exceeds
+:data:`CG_WARNING_SECONDS`; ``verbose`` shows the CG iterations (the optimizer's steps
+have their own bar).
 """
 
 import math
@@ -17,7 +20,7 @@ import torch
 
 from .._memory import available_memory
 from .._base import progress_bar
-from ._model import CGSolver
+from ._model import CGSolver, log_marginal_likelihood
 
 # solver="auto", cholesky_max_n="auto", fixed hyperparameters: factorise when the
 # Cholesky buffers take at most this share of the memory available on the device
@@ -37,6 +40,13 @@ CG_WARNING_SECONDS = 60.0
 MIN_EXPECTED_ITERATIONS = 10
 # from this iteration on, the remaining iterations are projected from the residuals
 PROJECT_FROM_ITERATION = 3
+# Cholesky fits: evaluations timed on this many rows, and scaled (cholesky_seconds) ...
+CALIBRATION_ROWS = 512
+# ... for problems of more rows than this (an evaluation on 1024 rows takes a fraction
+# of a second on one core, so even 200 optimizer steps stay near a minute)
+MIN_TIMED_ROWS = 1024
+# L-BFGS-B evaluations assumed in a Cholesky fit of the hyperparameters: a lower bound
+MIN_EXPECTED_EVALUATIONS = 10
 
 
 def resolve_solver(est, n, itemsize, fitting, device):
@@ -140,19 +150,89 @@ class CGCostMonitor:
         if self.warned or seconds <= CG_WARNING_SECONDS:
             return
         self.warned = True
-        faster = "sparse mode (n_inducing=512, say; O(n m^2) per pass over the rows)"
-        if not self.device.startswith("cuda"):
-            faster += " or a GPU (device='cuda')"
-        warnings.warn(
-            f"PathwiseGPSampler.fit: the conjugate-gradient solve with K_A on {self.n} rows "
-            f"({self.n_rhs} right-hand side(s)) is estimated to take {qualifier}"
-            f"{format_seconds(seconds)} on {self.device} ({qualifier}{iterations} "
-            f"iterations at {self.per_iteration:.3g} s each); predictions with return_std "
-            f"and posterior draws solve again. {faster[0].upper() + faster[1:]} is much "
-            "faster; verbose=1 shows the solve's progress. This warning comes when the "
-            f"estimate exceeds {CG_WARNING_SECONDS:g} s.",
-            UserWarning,
-        )
+        warn_slow(f"the conjugate-gradient solve with K_A on {self.n} rows ({self.n_rhs} "
+                  "right-hand side(s))", seconds, qualifier,
+                  f"{qualifier}{iterations} iterations at {self.per_iteration:.3g} s each",
+                  self.device, "the solve's progress",
+                  "; predictions with return_std and posterior draws solve again")
+
+
+def warn_slow(what, seconds, qualifier, detail, device, progress, note=""):
+    """The UserWarning of a fit estimated to take more than :data:`CG_WARNING_SECONDS`."""
+    faster = "Sparse mode (n_inducing=512, say; O(n m^2) per pass over the rows)"
+    if not str(device).startswith("cuda"):
+        faster += " or a GPU (device='cuda')"
+    warnings.warn(
+        f"PathwiseGPSampler.fit: {what} is estimated to take {qualifier}"
+        f"{format_seconds(seconds)} on {device} ({detail}){note}. {faster} is much faster"
+        + (f"; verbose=1 shows {progress}" if progress else "")
+        + f". This warning comes when the estimate exceeds {CG_WARNING_SECONDS:g} s.",
+        UserWarning,
+    )
+
+
+def _best_seconds(fn, device, repeats=2):
+    best = math.inf
+    for _ in range(repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        fn()
+        _synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def cholesky_seconds(kernel, theta, X, Y, alpha, fitting):
+    """Seconds of one exact evaluation on all ``n`` rows (with its gradient when
+    ``fitting``), from timings on the first ``m = min(n, CALIBRATION_ROWS)`` rows.
+
+    The factorisation (``potrf``, and ``potri`` for the gradient's ``K_A^{-1}``) is
+    timed alone and scaled by ``(n / m)^3``; the rest of an evaluation (the kernel
+    matrix and, when fitting, its gradient) by ``(n / m)^2``.
+    """
+    n = X.shape[0]
+    m = min(n, CALIBRATION_ROWS)
+    Xm, Ym, am = X[:m], Y[:m], alpha[:m]
+    with torch.no_grad():
+        K = kernel(Xm, theta=theta)
+        K.diagonal().add_(am + 1e-6 * K.diagonal().mean())  # timing only: keep it PD
+
+        def factorise():
+            L = torch.linalg.cholesky_ex(K)[0]
+            if fitting:
+                torch.cholesky_inverse(L)
+
+        cubic = _best_seconds(factorise, X.device)
+    total = _best_seconds(lambda: log_marginal_likelihood(kernel, theta, Xm, Ym, am, fitting),
+                          X.device)
+    return max(total - cubic, 0.0) * (n / m) ** 2 + cubic * (n / m) ** 3
+
+
+def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
+    """Warn (once, before any work on all rows) when an exact Cholesky fit is estimated
+    to take more than :data:`CG_WARNING_SECONDS`: one factorisation at fixed
+    hyperparameters; with an optimizer, ``max_iter + 1`` evaluations per Adam run, and
+    at least :data:`MIN_EXPECTED_EVALUATIONS` per L-BFGS-B (or callable) run.  Not timed
+    on :data:`MIN_TIMED_ROWS` rows or fewer."""
+    n = X.shape[0]
+    if n <= MIN_TIMED_ROWS:
+        return
+    per_evaluation = cholesky_seconds(kernel, theta, X, Y, alpha, fitting)
+    count, qualifier = 1, ""
+    if fitting:
+        runs = 1 + est.n_restarts_optimizer
+        if est.optimizer == "adam":
+            count = runs * (est.max_iter + 1)
+        else:
+            count, qualifier = runs * MIN_EXPECTED_EVALUATIONS, "at least "
+    seconds = count * per_evaluation
+    if seconds > CG_WARNING_SECONDS:
+        what = "one evaluation" if count == 1 else f"{qualifier}{count} evaluations"
+        warn_slow(f"the exact GP on {n} rows (a Cholesky factorisation of the {n} x {n} "
+                  "kernel matrix per evaluation)", seconds, qualifier,
+                  f"{what} at {per_evaluation:.3g} s each, timed on {min(n, CALIBRATION_ROWS)}"
+                  " rows and scaled", X.device,
+                  "the optimizer's progress" if fitting else None)
 
 
 def cg_fit_solve(est, kernel, X, theta, noise, Y):
@@ -175,4 +255,5 @@ def cg_fit_solve(est, kernel, X, theta, noise, Y):
 
 
 __all__ = ["AUTO_MEMORY_FRACTION", "CG_WARNING_SECONDS", "CGCostMonitor", "cg_fit_solve",
-           "resolve_solver", "seconds_per_product"]
+           "check_cholesky_cost", "cholesky_seconds", "resolve_solver", "seconds_per_product",
+           "warn_slow"]

@@ -51,6 +51,7 @@ def test_the_estimate_before_the_solve_is_the_timed_product_times_the_iterations
     assert "at least 70 s on cpu (at least 10 iterations at 7 s each)" in message
     assert "n_inducing=512" in message and "device='cuda'" in message
     assert "verbose=1" in message and "exceeds 60 s" in message
+    assert "return_std and posterior draws solve again" in message
     assert gp.cg_n_iter_ >= 1
 
 
@@ -141,3 +142,54 @@ def test_fitting_above_the_auto_row_limit_is_refused_at_once():
     free = ConstantKernel() * Matern() + WhiteKernel()
     with pytest.raises(ValueError, match=r"'auto': 8000 rows when fitting.*n_inducing"):
         PathwiseGPSampler(free, device="cpu").fit(np.zeros((8001, 1)), np.zeros(8001))
+
+
+@pytest.mark.parametrize("options, per_evaluation, expected", [
+    (dict(optimizer=None), 70.0, "70 s on cpu (one evaluation at 70 s each"),
+    (dict(optimizer=None), 50.0, None),
+    (dict(), 7.0, "at least 70 s on cpu (at least 10 evaluations at 7 s each"),
+    (dict(optimizer="adam", max_iter=9), 7.0, "70 s on cpu (10 evaluations at 7 s each"),
+    (dict(optimizer="adam", max_iter=7), 7.0, None),
+])
+def test_slow_cholesky_fits_warn_once(monkeypatch, cost, options, per_evaluation, expected):
+    monkeypatch.setattr(cost, "MIN_TIMED_ROWS", 0)
+    calls = []
+
+    def timed(kernel, theta, X, Y, alpha, fitting):
+        calls.append((X.shape[0], fitting))
+        return per_evaluation
+
+    monkeypatch.setattr(cost, "cholesky_seconds", timed)
+    free = ConstantKernel(1.0, (1e-2, 1e2)) * Matern(1.0, (1e-2, 1e2), nu=2.5) + WhiteKernel(
+        0.05, "fixed")
+    kernel = KERNEL if options.get("optimizer", "x") is None else free
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gp = PathwiseGPSampler(kernel, solver="cholesky", device="cpu", **options).fit(X, Y)
+    caught = _cost_warnings(caught)
+    assert calls == [(120, options.get("optimizer", "x") is not None)]
+    assert gp.L_.shape == (120, 120)
+    if expected is None:
+        assert caught == []
+        return
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "the exact GP on 120 rows" in message and "timed on 120 rows" in message
+    assert expected in message and "n_inducing=512" in message
+    assert "at least" not in message or expected.startswith("at least")
+
+
+def test_cholesky_seconds_scales_the_factorisation_by_n3_and_the_rest_by_n2(monkeypatch,
+                                                                            cost):
+    from skgpx.kernels import TorchKernel
+    import torch
+
+    timings = iter([1.0, 3.0])  # the factorisation alone, then a whole evaluation
+    monkeypatch.setattr(cost, "_best_seconds", lambda fn, device: next(timings))
+    x = torch.tensor(np.random.default_rng(0).uniform(0, 4, (1024, 2)))
+    tk = TorchKernel(KERNEL)
+    seconds = cost.cholesky_seconds(tk, tk.theta_tensor("cpu", torch.float64), x,
+                                    torch.zeros(1024, 1, dtype=torch.float64),
+                                    torch.zeros(1024, dtype=torch.float64), False)
+    assert seconds == pytest.approx((3.0 - 1.0) * 2**2 + 1.0 * 2**3)  # 512 rows timed
+    assert cost.CALIBRATION_ROWS == 512
