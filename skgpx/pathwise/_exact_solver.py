@@ -38,8 +38,11 @@ CG_WARNING_SECONDS = 60.0
 # smooth 2-D problem, 40 on 50 000 rows; benchmarks/pathwise_cg.py), so that the estimate
 # made before the first iteration does not warn without reason
 MIN_EXPECTED_ITERATIONS = 10
-# from this iteration on, the remaining iterations are projected from the residuals
-PROJECT_FROM_ITERATION = 3
+# from this iteration on, the remaining iterations are projected from the residuals;
+# earlier, the slow start of PCG (the worst residual still near 1 after 2-3 iterations)
+# would project several times too many (3 000 rows, d=3: 280 at iteration 3, 57 at
+# iteration 10, 64 in fact)
+PROJECT_FROM_ITERATION = MIN_EXPECTED_ITERATIONS
 # Cholesky fits: evaluations timed on this many rows, and scaled (cholesky_seconds) ...
 CALIBRATION_ROWS = 512
 # ... for problems of more rows than this (an evaluation on 1024 rows takes a fraction
@@ -240,7 +243,8 @@ def cg_fit_solve(est, kernel, X, theta, noise, Y):
 
     Returns ``(solver, a)``; ``solver.n_iter`` holds the iterations of the solve.
     """
-    with progress_bar(est.verbose, "PathwiseGPSampler CG solve", total=est.cg_max_iter) as bar:
+    # no total: the bar counts the iterations, which stop at cg_tol well before cg_max_iter
+    with progress_bar(est.verbose, "PathwiseGPSampler CG solve", total=None) as bar:
         solver = CGSolver.build(kernel, X, theta, noise, rank=est.cg_preconditioner_rank,
                                 tol=est.cg_tol, max_iter=est.cg_max_iter)
         operator = solver.operator()
