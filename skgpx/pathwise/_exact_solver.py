@@ -45,9 +45,11 @@ MIN_EXPECTED_ITERATIONS = 10
 PROJECT_FROM_ITERATION = MIN_EXPECTED_ITERATIONS
 # Cholesky fits: evaluations timed on this many rows, and scaled (cholesky_seconds) ...
 CALIBRATION_ROWS = 512
-# ... for problems of more rows than this (an evaluation on 1024 rows takes a fraction
-# of a second on one core, so even 200 optimizer steps stay near a minute)
-MIN_TIMED_ROWS = 1024
+# ... for problems of more rows than this: with hyperparameters to fit (an evaluation on
+# 1024 rows takes a fraction of a second on one core, so even 200 optimizer steps stay
+# near a minute), and at fixed hyperparameters (one factorisation on 4096 rows took 5 s on
+# one busy core: a minute needs a machine 12 times slower; the timing costs about 0.1 s)
+MIN_TIMED_ROWS = {"fit": 1024, "fixed": 4096}
 # L-BFGS-B evaluations assumed in a Cholesky fit of the hyperparameters: a lower bound
 MIN_EXPECTED_EVALUATIONS = 10
 
@@ -216,9 +218,9 @@ def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
     to take more than :data:`CG_WARNING_SECONDS`: one factorisation at fixed
     hyperparameters; with an optimizer, ``max_iter + 1`` evaluations per Adam run, and
     at least :data:`MIN_EXPECTED_EVALUATIONS` per L-BFGS-B (or callable) run.  Not timed
-    on :data:`MIN_TIMED_ROWS` rows or fewer."""
+    on :data:`MIN_TIMED_ROWS` rows or fewer (1024 when fitting, else 4096)."""
     n = X.shape[0]
-    if n <= MIN_TIMED_ROWS:
+    if n <= MIN_TIMED_ROWS["fit" if fitting else "fixed"]:
         return
     per_evaluation = cholesky_seconds(kernel, theta, X, Y, alpha, fitting)
     count, qualifier = 1, ""

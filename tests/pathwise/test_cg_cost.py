@@ -152,7 +152,7 @@ def test_fitting_above_the_auto_row_limit_is_refused_at_once():
     (dict(optimizer="adam", max_iter=7), 7.0, None),
 ])
 def test_slow_cholesky_fits_warn_once(monkeypatch, cost, options, per_evaluation, expected):
-    monkeypatch.setattr(cost, "MIN_TIMED_ROWS", 0)
+    monkeypatch.setattr(cost, "MIN_TIMED_ROWS", {"fit": 0, "fixed": 0})
     calls = []
 
     def timed(kernel, theta, X, Y, alpha, fitting):
@@ -193,3 +193,16 @@ def test_cholesky_seconds_scales_the_factorisation_by_n3_and_the_rest_by_n2(monk
                                     torch.zeros(1024, dtype=torch.float64), False)
     assert seconds == pytest.approx((3.0 - 1.0) * 2**2 + 1.0 * 2**3)  # 512 rows timed
     assert cost.CALIBRATION_ROWS == 512
+
+
+def test_small_cholesky_fits_are_not_timed(monkeypatch, cost):
+    def fail(*args):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(cost, "cholesky_seconds", fail)
+    PathwiseGPSampler(KERNEL, optimizer=None, device="cpu").fit(X, Y)  # 120 <= 4096 rows
+    free = ConstantKernel() * Matern(nu=2.5) + WhiteKernel()
+    PathwiseGPSampler(free, device="cpu").fit(X, Y)  # 120 <= 1024 rows
+    monkeypatch.setattr(cost, "MIN_TIMED_ROWS", {"fit": 119, "fixed": 4096})
+    with pytest.raises(AssertionError, match="timed"):
+        PathwiseGPSampler(free, device="cpu").fit(X, Y)
