@@ -168,10 +168,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         iteration, ``O(chunk * n)`` memory).  ``"auto"`` chooses by
         ``cholesky_max_n``.  CG serves prediction and draws at fixed
         hyperparameters (``optimizer=None``); to fit hyperparameters on more rows,
-        use sparse mode (``n_inducing``).  A CG fit estimated to take more than a
-        minute (timed on one block of kernel rows before it starts, then projected
-        from the residuals of its first iterations) warns once with the estimate;
-        ``verbose=1`` shows its iterations.
+        use sparse mode (``n_inducing``).  An exact fit estimated to take more than a
+        minute warns once with the estimate and the faster ways: a CG fit is timed on
+        one block of kernel rows before it starts, then projected from the residuals
+        of its first ten iterations (``verbose=1`` shows them); a Cholesky fit on more
+        than 4096 rows (1024 when fitting hyperparameters) is timed on 512 rows.
     cholesky_max_n : int or "auto", default="auto"
         Largest ``n`` that ``solver="auto"`` factorises.  ``"auto"``: with fixed
         hyperparameters, any ``n`` whose three ``n x n`` buffers take at most half
