@@ -111,7 +111,9 @@ class CGCostMonitor:
     spent plus the measured time per iteration times the iterations still needed, which
     the worst column's residual projects at its average rate so far,
     ``k * log(tol / r_k) / log(r_k)`` more for a relative residual ``r_k`` after ``k``
-    iterations (at most ``max_iter`` in all).
+    iterations (at most ``max_iter`` in all).  Where convergence slows down, that rate
+    is optimistic (3000 rows, d=3: 64 iterations projected at the 10th, 97 at the
+    20th, 102 in fact), so the projection is made again at every iteration.
     """
 
     def __init__(self, *, n, n_rhs, device, tol, max_iter, per_iteration, bar, verbose):
