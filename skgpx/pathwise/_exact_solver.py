@@ -1,4 +1,4 @@
-"""Which exact solver ``solver="auto"`` takes, and what a CG fit will cost.
+"""Which exact solver ``solver="auto"`` takes, and what an exact fit will cost.
 
 The exact mode solves with ``K_A = k(X, X) + diag(noise)`` by a Cholesky factor (three
 dense ``n x n`` buffers, ``O(n^3)``) or by preconditioned block CG on kernel products
@@ -7,7 +7,7 @@ thousands of rows either takes minutes on a CPU, and an exact fit of the
 hyperparameters repeats the factorisation at every optimizer step.  Nothing of that
 runs silently: :func:`cg_fit_solve` and :func:`check_cholesky_cost` time a small part
 of the work before it starts and warn (once per fit) when the estimate exceeds
-:data:`CG_WARNING_SECONDS`; ``verbose`` shows the CG iterations (the optimizer's steps
+:data:`SLOW_FIT_SECONDS`; ``verbose`` shows the CG iterations (the optimizer's steps
 have their own bar).
 """
 
@@ -31,17 +31,19 @@ CHOLESKY_BUFFERS = 3
 # solver="auto", cholesky_max_n="auto", hyperparameters to fit: a row limit, since every
 # optimizer step factorises again and CG cannot fit them (the error points to sparse mode)
 FIT_CHOLESKY_MAX_N = 8000
-# warn when the estimated time of a CG fit's solve exceeds this (seconds)
-CG_WARNING_SECONDS = 60.0
+# warn when the estimated time of an exact fit (its CG solve, or its Cholesky
+# evaluations) exceeds this (seconds)
+SLOW_FIT_SECONDS = 60.0
 # iterations assumed before the solve starts: a lower bound of what a solve to
-# cg_tol=1e-4 takes with a pivoted-Cholesky preconditioner (10-16 on 1000-4000 rows of a
-# smooth 2-D problem, 40 on 50 000 rows; benchmarks/pathwise_cg.py), so that the estimate
-# made before the first iteration does not warn without reason
+# cg_tol=1e-4 takes with a pivoted-Cholesky preconditioner (13-24 on 2000-10 000 rows of
+# a smooth 2-D problem, 40 on 50 000, 102-149 on 3000-6000 rows of a rougher 3-D one;
+# benchmarks/pathwise_cg.py), so that the estimate made before the first iteration
+# does not warn without reason
 MIN_EXPECTED_ITERATIONS = 10
 # from this iteration on, the remaining iterations are projected from the residuals;
 # earlier, the slow start of PCG (the worst residual still near 1 after 2-3 iterations)
-# would project several times too many (3 000 rows, d=3: 280 at iteration 3, 57 at
-# iteration 10, 64 in fact)
+# would project several times too many (3000 rows in [0, 1]^3, RBF(0.2), noise 1e-2:
+# 280 at iteration 3, 57 at iteration 10, 64 in fact)
 PROJECT_FROM_ITERATION = MIN_EXPECTED_ITERATIONS
 # Cholesky fits: evaluations timed on this many rows, and scaled (cholesky_seconds) ...
 CALIBRATION_ROWS = 512
@@ -112,8 +114,9 @@ class CGCostMonitor:
     the worst column's residual projects at its average rate so far,
     ``k * log(tol / r_k) / log(r_k)`` more for a relative residual ``r_k`` after ``k``
     iterations (at most ``max_iter`` in all).  Where convergence slows down, that rate
-    is optimistic (3000 rows, d=3: 64 iterations projected at the 10th, 97 at the
-    20th, 102 in fact), so the projection is made again at every iteration.
+    is optimistic (3000 rows in [-2, 2]^3, RBF(0.2), noise 1e-2: 64 iterations
+    projected at the 10th, 97 at the 20th, 102 in fact), so the projection is made
+    again at every iteration.
     """
 
     def __init__(self, *, n, n_rhs, device, tol, max_iter, per_iteration, bar, verbose):
@@ -154,7 +157,7 @@ class CGCostMonitor:
         self._check(elapsed + (total - k) * self.per_iteration, total, "about ")
 
     def _check(self, seconds, iterations, qualifier):
-        if self.warned or seconds <= CG_WARNING_SECONDS:
+        if self.warned or seconds <= SLOW_FIT_SECONDS:
             return
         self.warned = True
         warn_slow(f"the conjugate-gradient solve with K_A on {self.n} rows ({self.n_rhs} "
@@ -165,7 +168,7 @@ class CGCostMonitor:
 
 
 def warn_slow(what, seconds, qualifier, detail, device, progress, note=""):
-    """The UserWarning of a fit estimated to take more than :data:`CG_WARNING_SECONDS`."""
+    """The UserWarning of a fit estimated to take more than :data:`SLOW_FIT_SECONDS`."""
     faster = "Sparse mode (n_inducing=512, say; O(n m^2) per pass over the rows)"
     if not str(device).startswith("cuda"):
         faster += " or a GPU (device='cuda')"
@@ -173,7 +176,7 @@ def warn_slow(what, seconds, qualifier, detail, device, progress, note=""):
         f"PathwiseGPSampler.fit: {what} is estimated to take {qualifier}"
         f"{format_seconds(seconds)} on {device} ({detail}){note}. {faster} is much faster"
         + (f"; verbose=1 shows {progress}" if progress else "")
-        + f". This warning comes when the estimate exceeds {CG_WARNING_SECONDS:g} s.",
+        + f". This warning comes when the estimate exceeds {SLOW_FIT_SECONDS:g} s.",
         UserWarning,
     )
 
@@ -217,7 +220,7 @@ def cholesky_seconds(kernel, theta, X, Y, alpha, fitting):
 
 def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
     """Warn (once, before any work on all rows) when an exact Cholesky fit is estimated
-    to take more than :data:`CG_WARNING_SECONDS`: one factorisation at fixed
+    to take more than :data:`SLOW_FIT_SECONDS`: one factorisation at fixed
     hyperparameters; with an optimizer, ``max_iter + 1`` evaluations per Adam run, and
     at least :data:`MIN_EXPECTED_EVALUATIONS` per L-BFGS-B (or callable) run.  Not timed
     on :data:`MIN_TIMED_ROWS` rows or fewer (1024 when fitting, else 4096)."""
@@ -233,7 +236,7 @@ def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
         else:
             count, qualifier = runs * MIN_EXPECTED_EVALUATIONS, "at least "
     seconds = count * per_evaluation
-    if seconds > CG_WARNING_SECONDS:
+    if seconds > SLOW_FIT_SECONDS:
         what = "one evaluation" if count == 1 else f"{qualifier}{count} evaluations"
         warn_slow(f"the exact GP on {n} rows (a Cholesky factorisation of the {n} x {n} "
                   "kernel matrix per evaluation)", seconds, qualifier,
@@ -262,6 +265,6 @@ def cg_fit_solve(est, kernel, X, theta, noise, Y):
     return solver, a
 
 
-__all__ = ["AUTO_MEMORY_FRACTION", "CG_WARNING_SECONDS", "CGCostMonitor", "cg_fit_solve",
+__all__ = ["AUTO_MEMORY_FRACTION", "SLOW_FIT_SECONDS", "CGCostMonitor", "cg_fit_solve",
            "check_cholesky_cost", "cholesky_seconds", "resolve_solver", "seconds_per_product",
            "warn_slow"]

@@ -57,7 +57,7 @@ def test_the_estimate_before_the_solve_is_the_timed_product_times_the_iterations
 
 def test_the_warning_comes_once_per_fit(monkeypatch, cost):
     # every estimate, before the solve and at each iteration, exceeds a zero threshold
-    monkeypatch.setattr(cost, "CG_WARNING_SECONDS", 0.0)
+    monkeypatch.setattr(cost, "SLOW_FIT_SECONDS", 0.0)
     gp, caught = _fit(cg_tol=1e-10, cg_preconditioner_rank=0)
     assert gp.cg_n_iter_ > cost.PROJECT_FROM_ITERATION
     assert len(caught) == 1
@@ -68,7 +68,7 @@ def test_the_warning_comes_once_per_fit(monkeypatch, cost):
 def test_the_solve_warns_when_its_residuals_project_a_long_run(monkeypatch, cost):
     # the timed product says 0 s, so only the projection from the iterations can warn
     monkeypatch.setattr(cost, "seconds_per_product", lambda operator, n_rhs: 0.0)
-    monkeypatch.setattr(cost, "CG_WARNING_SECONDS", 0.0)
+    monkeypatch.setattr(cost, "SLOW_FIT_SECONDS", 0.0)
     gp, caught = _fit(cg_tol=1e-10, cg_preconditioner_rank=0)
     assert len(caught) == 1
     message = str(caught[0].message)
