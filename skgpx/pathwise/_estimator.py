@@ -641,11 +641,12 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         solver = ("cholesky" if self._structured_inputs()
                   else resolve_solver(self, n, itemsize, free, device))
         if free and solver == "cg":
+            limit = (f": {FIT_CHOLESKY_MAX_N} rows when fitting"
+                     if self.cholesky_max_n == "auto" else "")
             raise ValueError(
                 f"Fitting kernel hyperparameters on n={n} rows needs the exact Cholesky "
-                f"solver (cholesky_max_n={self.cholesky_max_n!r}: "
-                f"{FIT_CHOLESKY_MAX_N if self.cholesky_max_n == 'auto' else self.cholesky_max_n}"
-                f" rows when fitting, solver={self.solver!r}); "
+                f"solver (cholesky_max_n={self.cholesky_max_n!r}{limit}, "
+                f"solver={self.solver!r}); "
                 "use sparse mode (n_inducing=512, say) to fit them on large data, then "
                 "solver='cg' with optimizer=None and the fitted kernel_ for exact draws."
             )
