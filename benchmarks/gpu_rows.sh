@@ -35,7 +35,8 @@ step tests 60 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
 step pathwise_scaling 150 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
     --configs 2000x8000,1000x100000 --methods numpy-chol,ours,botorch --repeats 3 --cutoff 45
-step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60
+step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60 \
+    --parts scale,oracle
 step dkp 80 25 "$py" benchmarks/dkp_vs_adam.py --device cuda --dataset diabetes \
     --lrs 0.03,0.01 --adam-budget 25 --repeats 2 --reference-sweeps 30
 step qep 60 25 "$py" benchmarks/qep_bundled.py --device cuda --datasets breast_cancer,digits \

@@ -29,11 +29,27 @@ max_ij |C_hat_ij - C_ij| / sqrt((C_ii C_jj + C_ij^2) / S) <= 5.5.  Also printed:
 draws - Cholesky draws| (same random numbers: the solver error alone) and the
 iterations of the fit solve (1 right-hand side) for ranks 0 and 100 at this n.
 
+Part "switch" (issue 31, item 4): where ``solver="auto"`` should factorise.  For each n
+in ``--switch-n`` (2000, 5000, 10 000; the same data and kernel, ``optimizer=None``,
+rank 100), in this process and interleaved (Cholesky first at even n positions, CG
+first at odd ones; ``--switch-repeats`` runs each, median): the fit with
+``solver="cholesky"`` and with ``solver="cg"`` (``cg_n_iter_``), then
+``predict(X*, return_std=True)`` on 256 query rows (one CG block of 256 right-hand
+sides) and 64 draws evaluated there (``sample_functions(64)(X*)``).  Printed: the
+ratios Cholesky / CG of the fit and of the three together; the fit's cost estimate
+(the timed kernel-block product times ``cg_n_iter_``: what the warning of a CG fit
+projects) against the measured CG fit; an extrapolation from the largest n to larger
+ones by the stated scalings (Cholesky fit ``n^3``, which overstates it where the
+``n^2`` kernel evaluation still dominates; CG fit ``n^2`` at the measured iterations,
+which understates it as they grow with n); and the bytes of the three Cholesky buffers
+against the memory available, which is what ``cholesky_max_n="auto"`` decides by.
+
 Usage::
 
     .venv/bin/python benchmarks/pathwise_cg.py                  # full protocol (CPU)
     .venv/bin/python benchmarks/pathwise_cg.py --quick          # smoke run
     .venv/bin/python benchmarks/pathwise_cg.py --device cuda    # the same on a GPU
+    .venv/bin/python benchmarks/pathwise_cg.py --parts switch   # issue 31: the Cholesky/CG switch
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
@@ -49,7 +65,7 @@ import numpy as np
 
 SCRIPT = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(SCRIPT))
-PARTS = ("scale", "oracle")
+PARTS = ("scale", "oracle", "switch")
 LENGTH_SCALE, NOISE = 0.5, 1e-2
 N_CHECK = 256
 
@@ -331,6 +347,99 @@ def report_oracle(args, rec, lines):
                   headers, rows, align="lrrrrrrrl", notes=notes)
 
 
+def _median_seconds(fn, repeats, device):
+    times, out = [], None
+    for _ in range(repeats):
+        with C.Timer(device) as t:
+            out = fn()
+        times.append(t.seconds)
+    return float(np.median(times)), out
+
+
+def _switch_row(n, order, args, Xs):
+    from skgpx.pathwise._exact_solver import seconds_per_product
+
+    X, y = make_data(n)
+    row = {}
+    for solver in order:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit, est = _median_seconds(
+                lambda: ours(solver=solver, device=args.device).fit(X, y),
+                args.switch_repeats, args.device)
+            predict, _ = _median_seconds(lambda: est.predict(Xs, return_std=True),
+                                         args.switch_repeats, args.device)
+            draws, _ = _median_seconds(lambda: est.sample_functions(64, random_state=0)(Xs),
+                                       args.switch_repeats, args.device)
+        row[solver] = {"fit": fit, "predict_std": predict, "draws": draws}
+        if solver == "cg":
+            operator = est._cg.operator()  # private: diagnostics only
+            row["cg_n_iter"] = int(est.cg_n_iter_)
+            row["per_product"] = seconds_per_product(operator, 1)
+    return row
+
+
+def part_switch(args):
+    from skgpx._memory import available_memory
+
+    Xs, _ = make_data(256, seed=1)
+    out = {}
+    for position, n in enumerate(args.switch_n):
+        order = ("cholesky", "cg") if position % 2 == 0 else ("cg", "cholesky")
+        print(f"  running switch n={n} ({' then '.join(order)}) ...", flush=True)
+        out[n] = _switch_row(n, order, args, Xs)
+    out["available"] = int(available_memory(args.device))
+    return out
+
+
+def report_switch(args, res, lines):
+    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION, CHOLESKY_BUFFERS
+
+    available = res["available"]
+    headers = ["n", "chol fit s", "cg fit s", "cg iters", "fit chol/cg", "chol predict+draws s",
+               "cg predict+draws s", "all chol/cg", "cg estimate s", "estimate/fit",
+               "3 buffers", "auto picks"]
+    rows = []
+    for n in args.switch_n:
+        r = res[n]
+        chol, cg = r["cholesky"], r["cg"]
+        post_chol = chol["predict_std"] + chol["draws"]
+        post_cg = cg["predict_std"] + cg["draws"]
+        estimate = r["per_product"] * r["cg_n_iter"]
+        need = CHOLESKY_BUFFERS * n * n * 8
+        picks = "cholesky" if need <= AUTO_MEMORY_FRACTION * available else "cg"
+        rows.append([n, C.fmt_seconds(chol["fit"]), C.fmt_seconds(cg["fit"]), r["cg_n_iter"],
+                     C.fmt_ratio(chol["fit"] / cg["fit"]), C.fmt_seconds(post_chol),
+                     C.fmt_seconds(post_cg),
+                     C.fmt_ratio((chol["fit"] + post_chol) / (cg["fit"] + post_cg)),
+                     C.fmt_seconds(estimate), C.fmt_ratio(estimate / cg["fit"]),
+                     C.fmt_bytes(need), picks])
+        lines.append(f"info  n={n}: Cholesky / CG = {chol['fit'] / cg['fit']:.2f} (fit), "
+                     f"{(chol['fit'] + post_chol) / (cg['fit'] + post_cg):.2f} (fit + "
+                     f"predict(return_std) on 256 rows + 64 draws); CG estimate / CG fit = "
+                     f"{estimate / cg['fit']:.2f}")
+    big = args.switch_n[-1]
+    r = res[big]
+    notes = [f"d=2, RBF(0.5) + noise {NOISE}, optimizer=None, cg_preconditioner_rank=100, "
+             f"cg_tol=1e-4, device={args.device}, float64; median of {args.switch_repeats} "
+             "run(s) each, the two solvers interleaved in this process",
+             "predict+draws: predict(X*, return_std=True) + sample_functions(64)(X*) on "
+             "256 query rows (CG: one block solve of 256 and one of 64 right-hand sides)",
+             "cg estimate: seconds_per_product (one timed block of kernel rows, scaled to n) "
+             "x cg_n_iter_ (the warning's projection once the iterations are known)",
+             f"3 buffers = 3 n^2 x 8 B (float64); 'auto picks' compares them with "
+             f"{AUTO_MEMORY_FRACTION:g} x available memory ({C.fmt_bytes(available)} now)"]
+    for N in args.switch_extrapolate:
+        chol = r["cholesky"]["fit"] * (N / big) ** 3
+        cg = r["cg"]["fit"] * (N / big) ** 2
+        need = CHOLESKY_BUFFERS * N * N * 8
+        notes.append(f"extrapolated from n={big} to n={N}: Cholesky fit ~{chol:.0f} s (n^3), "
+                     f"CG fit ~{cg:.0f} s (n^2, {r['cg_n_iter']} iterations), ratio "
+                     f"{chol / cg:.2f}; Cholesky needs {C.fmt_bytes(need)}")
+    C.print_table("Where solver='auto' should factorise: Cholesky vs CG", headers, rows,
+                  align="r" * 11 + "l", notes=notes)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -350,6 +459,11 @@ def parse_args(argv=None):
                    help="seconds: a cell running longer is killed -> DNF (3600)")
     p.add_argument("--rank0-cutoff", type=float, default=300.0,
                    help="cut-off of the rank-0 cell of the scale part (300)")
+    p.add_argument("--switch-n", default="2000,5000,10000",
+                   help="training sizes of the switch part (2000,5000,10000)")
+    p.add_argument("--switch-repeats", type=int, default=1)
+    p.add_argument("--switch-extrapolate", default="20000,50000",
+                   help="sizes the switch part extrapolates to (20000,50000)")
     p.add_argument("--mem-fraction", type=float, default=0.75)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--json", default=None, help="also write all records to this JSON file")
@@ -358,9 +472,12 @@ def parse_args(argv=None):
     args.parts = C.parse_choices(p, args.parts, PARTS, "part")
     args.ranks = [int(r) for r in args.ranks.split(",") if r]
     args.oracle_ranks = [int(r) for r in args.oracle_ranks.split(",") if r]
+    args.switch_n = [int(n) for n in args.switch_n.split(",") if n]
+    args.switch_extrapolate = [int(n) for n in args.switch_extrapolate.split(",") if n]
     if args.quick:
         args.n, args.n_star, args.ranks = 5000, 2000, [100]
         args.oracle_n, args.oracle_S = 1000, 1000
+        args.switch_n = [1000, 2000]
     return args
 
 
@@ -378,7 +495,10 @@ def main(argv=None):
     if "oracle" in args.parts:
         results["oracle"] = part_oracle(args)
         report_oracle(args, results["oracle"], lines)
-    records = {k: ({str(r): v for r, v in res.items()} if k == "scale" else res)
+    if "switch" in args.parts:
+        results["switch"] = part_switch(args)
+        report_switch(args, results["switch"], lines)
+    records = {k: ({str(r): v for r, v in res.items()} if k in ("scale", "switch") else res)
                for k, res in results.items()}
     C.finish("Targets (issue 14, CG)", lines)
     write_json(args.json, records)

@@ -4,7 +4,8 @@
 block of rows ``k(X_c, X)`` at a time.  :func:`block_cg` solves ``K_A V = R`` for all
 columns of ``R`` at once (one operator product per iteration for the whole block), with
 a Jacobi or a pivoted-Cholesky (Woodbury) preconditioner.  Used by the pathwise sampler
-above its Cholesky size limit (``solver="auto"``, ``n > cholesky_max_n``).
+where its Cholesky factor would not fit (``solver="auto"``; see
+``skgpx.pathwise._exact_solver``).
 """
 
 import math
@@ -183,26 +184,28 @@ class KernelOperator:
             z.addcmul_(z, z, value=1.0 / 3.0)
         return z.add_(1.0).mul_(e)
 
-    def matmul(self, V):
+    def matmul(self, V, *, stop=None):
         """``K_A V`` for ``V`` of shape (n,) or (n, r), computed chunk by chunk.
 
-        Returns a tensor of the shape of ``V``.
+        ``stop``: only the first ``stop`` rows of the product (a cheap timing of it).
+        Returns a tensor of the shape of ``V`` (``stop`` rows with ``stop``).
         """
         vector = V.ndim == 1
         V = _as_2d(V, "V", self.shape[0])
-        out = torch.empty_like(V, memory_format=torch.contiguous_format)
         n, size = self.shape[0], min(self.rows_per_chunk, self.shape[0])
+        rows = n if stop is None else max(0, min(int(stop), n))
+        out = torch.empty((rows, V.shape[1]), dtype=V.dtype, device=V.device)
         with torch.no_grad():
             buffers = None
             if self._fast is not None:  # reused by every chunk: no allocation in the loop
                 buffers = torch.empty(2 if self._fast[0] in ("matern32", "matern52") else 1,
                                       size, n, dtype=self.dtype, device=self.device)
                 V_kernel = V * self._scale
-            for start in range(0, n, self.rows_per_chunk):
-                stop = min(start + self.rows_per_chunk, n)
-                block = self._rows_block(start, stop, buffers)
-                torch.matmul(block, V if buffers is None else V_kernel, out=out[start:stop])
-            out.addcmul_(self.shift.unsqueeze(1), V)
+            for start in range(0, rows, self.rows_per_chunk):
+                end = min(start + self.rows_per_chunk, rows)
+                block = self._rows_block(start, end, buffers)
+                torch.matmul(block, V if buffers is None else V_kernel, out=out[start:end])
+            out.addcmul_(self.shift[:rows].unsqueeze(1), V[:rows])
         return out.squeeze(1) if vector else out
 
     __matmul__ = matmul
@@ -386,9 +389,11 @@ class CGResult:
     relative_residuals: torch.Tensor
 
 
-def _iterate(apply, precondition, X, residual, converged, relative, denominator, tol, budget):
+def _iterate(apply, precondition, X, residual, converged, relative, denominator, tol, budget,
+             report):
     """Up to ``budget`` PCG iterations from the current ``residual``, updating ``X`` and
-    ``residual`` in place; returns ``(n_iter, converged, relative)``."""
+    ``residual`` in place; ``report(n_iter, relative)`` after each; returns
+    ``(n_iter, converged, relative)``."""
     r, n_iter = X.shape[1], 0
     n_done = int(converged.sum())
     if n_done == r or budget == 0:
@@ -423,6 +428,7 @@ def _iterate(apply, precondition, X, residual, converged, relative, denominator,
                 f"residuals or p^T A p <= 0 in column(s) {columns[:10]} (the matrix is "
                 f"not numerically positive definite); {_ADVICE}."
             )
+        report(n_iter, relative)
         if n_done == r:
             break
         Z = precondition(residual)
@@ -435,7 +441,8 @@ def _iterate(apply, precondition, X, residual, converged, relative, denominator,
     return n_iter, converged, relative
 
 
-def block_cg(matmul, rhs, *, preconditioner=None, tol=1e-4, max_iter=1000, x0=None):
+def block_cg(matmul, rhs, *, preconditioner=None, tol=1e-4, max_iter=1000, x0=None,
+             callback=None):
     """Preconditioned conjugate gradients for ``A X = B``, all columns at once.
 
     One operator product per iteration serves the whole block, while each column keeps
@@ -475,6 +482,10 @@ def block_cg(matmul, rhs, *, preconditioner=None, tol=1e-4, max_iter=1000, x0=No
         the initial residual for ``x0`` and the final check add one product each).
     x0 : Tensor of the shape of ``rhs``, default=None
         Starting point (warm start); zeros when None.
+    callback : callable, default=None
+        ``callback(n_iter, relative_residuals)`` after every iteration, with the
+        iterations so far and the (recursively updated) relative residual of each
+        column, a tensor of shape (r,): for progress bars and cost estimates.
 
     Returns
     -------
@@ -516,9 +527,15 @@ def block_cg(matmul, rhs, *, preconditioner=None, tol=1e-4, max_iter=1000, x0=No
         converged = zero | (relative <= tol)
         n_iter, inner_tol = 0, tol
         for attempt in range(2):
+            offset = n_iter
+
+            def report(k, values):
+                if callback is not None:
+                    callback(offset + k, values)
+
             done, converged, relative = _iterate(apply, precondition, X, residual, converged,
                                                  relative, denominator, inner_tol,
-                                                 max_iter - n_iter)
+                                                 max_iter - n_iter, report)
             n_iter += done
             if not done or not bool(converged.all()):
                 break

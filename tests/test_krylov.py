@@ -71,6 +71,18 @@ def test_operator_matches_dense_matrix(name, rows_per_chunk):
     assert op.shape == (N, N) and op.dtype == torch.float64 and op.device.type == "cpu"
 
 
+@pytest.mark.parametrize("name", ["const*rbf", "rq (generic path)"])
+@pytest.mark.parametrize("stop", [0, 1, 7, 20, N, N + 5])
+def test_operator_leading_rows_of_the_product(name, stop):
+    # what the pathwise CG fit times to estimate its cost: the first rows of K_A V alone
+    tk, X, noise = TorchKernel(KERNELS[name][0]), _data(), _noise(N)
+    op = KernelOperator(tk, X, None, noise, rows_per_chunk=7)
+    V = torch.randn(N, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    part = op.matmul(V, stop=stop)
+    assert part.shape == (min(stop, N), 3)
+    torch.testing.assert_close(part, op.matmul(V)[:stop], rtol=0, atol=1e-14)
+
+
 @pytest.mark.parametrize("part", ["signal", "full"])
 def test_operator_white_kernel_part(part):
     # Cross evaluations k(X_c, X) leave WhiteKernel out: with part="full" the operator
@@ -208,6 +220,24 @@ def test_block_cg_solves_to_tolerance(preconditioner):
     cond = float(torch.linalg.cond(A))
     error = torch.linalg.norm(result.solution - exact, dim=0) / torch.linalg.norm(exact, dim=0)
     assert bool((error <= cond * tol).all())
+
+
+def test_block_cg_callback_sees_every_iteration():
+    op = _rbf_problem(n=120, noise=1e-2)
+    B = _rhs(120, 3)
+    calls = []
+    result = block_cg(op, B, tol=1e-8, callback=lambda k, rel: calls.append((k, rel.clone())))
+    assert [k for k, _ in calls] == list(range(1, result.n_iter + 1))
+    assert all(rel.shape == (3,) for _, rel in calls)
+    assert float(calls[-1][1].max()) <= 1e-8 < float(calls[0][1].max())
+    # a float32 solve that restarts from its true residual (see the test below): the
+    # count runs on through the restart
+    tk = TorchKernel(ConstantKernel(1.0) * RBF(0.5))
+    op32 = KernelOperator(tk, _data(300).float(), None, 1e-3)
+    first, calls = block_cg(op32, _rhs(300, 4).float(), tol=1e-4, max_iter=2000), []
+    result = block_cg(op32, _rhs(300, 4).float(), tol=1e-4, max_iter=2000,
+                      callback=lambda k, rel: calls.append(k))
+    assert calls == list(range(1, result.n_iter + 1)) and result.n_iter == first.n_iter
 
 
 def test_block_cg_zero_column_and_vector_rhs():

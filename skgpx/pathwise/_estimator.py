@@ -28,8 +28,13 @@ from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collec
 from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
 from ..linalg import cholesky_solve, jittered_cholesky
 from . import _sparse
+from ._exact_solver import (
+    FIT_CHOLESKY_MAX_N,
+    cg_fit_solve,
+    check_cholesky_cost,
+    resolve_solver,
+)
 from ._model import (
-    CGSolver,
     clip_negative_variance,
     lml_from_factor,
     log_marginal_likelihood,
@@ -160,12 +165,21 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Exact-mode solves with ``K_A = K + diag(noise)``: a Cholesky factor
         (``O(n^3)`` time, ``O(n^2)`` memory), or preconditioned block conjugate
         gradients on kernel products formed in row chunks (``O(n^2)`` time per
-        iteration, ``O(chunk * n)`` memory).  ``"auto"`` is Cholesky up to
-        ``cholesky_max_n`` rows.  CG serves prediction and draws at fixed
+        iteration, ``O(chunk * n)`` memory).  ``"auto"`` chooses by
+        ``cholesky_max_n``.  CG serves prediction and draws at fixed
         hyperparameters (``optimizer=None``); to fit hyperparameters on more rows,
-        use sparse mode (``n_inducing``).
-    cholesky_max_n : int, default=8000
-        Largest ``n`` that ``solver="auto"`` factorises (512 MB in float64).
+        use sparse mode (``n_inducing``).  An exact fit estimated to take more than a
+        minute warns once with the estimate and the faster ways: a CG fit is timed on
+        one block of kernel rows before it starts, then projected from the residuals
+        of its first ten iterations (``verbose=1`` shows them); a Cholesky fit on more
+        than 4096 rows (1024 when fitting hyperparameters) is timed on 512 rows.
+    cholesky_max_n : int or "auto", default="auto"
+        Largest ``n`` that ``solver="auto"`` factorises.  ``"auto"``: with fixed
+        hyperparameters, any ``n`` whose three ``n x n`` buffers take at most half
+        the memory available on the device (GPU memory on CUDA; ``SKGPX_MEMORY_LIMIT``
+        caps it), since a factor makes ``predict(return_std=True)`` and draws far
+        cheaper than CG solves; with hyperparameters to fit, 8000 (512 MB per
+        matrix in float64), as every optimizer step factorises again.
     cg_tol : float, default=1e-4
         Relative residual at which CG stops, per right-hand side.
     cg_max_iter : int, default=1000
@@ -195,7 +209,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Seeds the optimizer restarts and the default seed of the draws
         (``random_state=None`` in :meth:`sample_y`).
     verbose : int, default=0
-        1 shows a progress bar over optimizer iterations; 2 adds a line per run.
+        1 shows a progress bar over optimizer iterations (CG solver: over the CG
+        iterations of the fit); 2 adds a line per run (per CG iteration).
 
     Attributes
     ----------
@@ -312,7 +327,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         "normalize_y": ["boolean"],
         "predict_noise": [StrOptions({"sklearn", "latent", "observed"})],
         "solver": [StrOptions({"auto", "cholesky", "cg"})],
-        "cholesky_max_n": [Interval(Integral, 1, None, closed="left")],
+        "cholesky_max_n": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "cg_tol": [Interval(Real, 0, None, closed="neither")],
         "cg_max_iter": [Interval(Integral, 1, None, closed="left")],
         "cg_preconditioner_rank": [Interval(Integral, 0, None, closed="left")],
@@ -332,7 +347,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                  optimize_inducing=False, optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0,
                  max_iter=200, learning_rate=0.01, minibatch_size=None, presolve_rows="auto",
                  normalize_y=False,
-                 predict_noise="sklearn", solver="auto", cholesky_max_n=8000, cg_tol=1e-4,
+                 predict_noise="sklearn", solver="auto", cholesky_max_n="auto", cg_tol=1e-4,
                  cg_max_iter=1000, cg_preconditioner_rank=100, jitter=1e-8, n_targets=None,
                  copy_X_train=True, batch_size=8192, device="auto", dtype="float64",
                  random_state=None, verbose=0):
@@ -452,6 +467,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             jitter = factors.jitter
         else:
             factors = None
+            if mode == "cholesky" and not structured:
+                check_cholesky_cost(self, torch_kernel, torch_kernel.theta_tensor(device, dtype),
+                                    X_t, Y_t, alpha_t, fitting)
             if fitting:
                 theta, lml = optimize_exact(self, torch_kernel, X_t, Y_t, alpha_t, rng, history)
                 kernel.theta = theta
@@ -619,15 +637,16 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                          what=f"Sparse mode with {m} inducing points on {n} rows",
                          way_out="use fewer inducing points (n_inducing)", device=device)
             return "sparse"
-        solver = self.solver
-        if solver == "auto":
-            solver = ("cholesky" if n <= self.cholesky_max_n or self._structured_inputs()
-                      else "cg")
         free = self.optimizer is not None and TorchKernel(kernel).n_dims > 0
+        solver = ("cholesky" if self._structured_inputs()
+                  else resolve_solver(self, n, itemsize, free, device))
         if free and solver == "cg":
+            limit = (f": {FIT_CHOLESKY_MAX_N} rows when fitting"
+                     if self.cholesky_max_n == "auto" else "")
             raise ValueError(
                 f"Fitting kernel hyperparameters on n={n} rows needs the exact Cholesky "
-                f"solver (cholesky_max_n={self.cholesky_max_n}, solver={self.solver!r}); "
+                f"solver (cholesky_max_n={self.cholesky_max_n!r}{limit}, "
+                f"solver={self.solver!r}); "
                 "use sparse mode (n_inducing=512, say) to fit them on large data, then "
                 "solver='cg' with optimizer=None and the fitted kernel_ for exact draws."
             )
@@ -679,10 +698,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         """Cholesky factor or CG solver of ``K_A``, ``a = K_A^{-1} Y`` and the jitter."""
         with torch.no_grad():
             if mode == "cg":
-                solver = CGSolver.build(torch_kernel, X, theta, alpha + white,
-                                        rank=self.cg_preconditioner_rank, tol=self.cg_tol,
-                                        max_iter=self.cg_max_iter)
-                a, solver.n_iter = solver.solve(Y, what="K_A^-1 y")
+                solver, a = cg_fit_solve(self, torch_kernel, X, theta, alpha + white, Y)
                 return None, a, solver, 0.0
             K_A = torch_kernel(X, theta=theta)  # the full kernel: white noise on the diagonal
             K_A.diagonal().add_(alpha)

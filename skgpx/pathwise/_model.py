@@ -184,11 +184,15 @@ class CGSolver:
             return JacobiPreconditioner(operator.diagonal())
         return PivotedCholeskyPreconditioner(self.factor, self.noise)
 
-    def solve(self, rhs, what="the kernel system"):
-        """``K_A^{-1} rhs`` for rhs of shape (n, r); returns (solution, n_iter)."""
-        operator = self.operator()
+    def solve(self, rhs, what="the kernel system", *, callback=None, operator=None):
+        """``K_A^{-1} rhs`` for rhs of shape (n, r); returns (solution, n_iter).
+
+        ``callback`` goes to :func:`skgpx._krylov.block_cg`; ``operator``, this
+        solver's :meth:`operator` when the caller has built it already.
+        """
+        operator = self.operator() if operator is None else operator
         result = block_cg(operator.matmul, rhs, preconditioner=self.preconditioner(operator),
-                          tol=self.tol, max_iter=self.max_iter)
+                          tol=self.tol, max_iter=self.max_iter, callback=callback)
         if not result.converged:
             worst = float(result.relative_residuals.max())
             warnings.warn(
