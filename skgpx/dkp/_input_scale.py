@@ -32,7 +32,9 @@ import math
 import numpy as np
 import torch
 
-from ._model import Breakdown, dkp_objective, node_matrix
+from ..linalg import try_cholesky
+from ._grams import contract_derivatives
+from ._model import Breakdown, gaussian_term, node_derivatives, node_matrix
 
 __all__ = ["joint_input_scale_steps"]
 
@@ -79,25 +81,97 @@ def transported_state(config, state, omega, whitened, order):
     return moved
 
 
+def _omega_term(config, omega):
+    """``nu_1/2 (log|Omega| - Tr Omega)``: with the likelihood, the only part of the
+    objective that moves along the transport (the hidden KL terms stay as they are)."""
+    return 0.5 * config.nu_input * (torch.linalg.slogdet(omega)[1] - torch.diagonal(omega).sum())
+
+
+def _likelihood(factor, root):
+    """``t/2 (-log|S_L| - Tr(S_L^-1 R R^T))`` from ``chol(S_L)``, the targets' term less
+    its constant."""
+    return 0.5 * root.shape[1] * gaussian_term(factor, root=root)
+
+
 def _value(config, state, omega, whitened, order):
-    """The objective at ``omega`` with the Grams transported, and the transported state
-    (``(-inf, None)`` where a matrix of the chain is not positive definite)."""
+    """The objective at ``omega`` with the Grams transported, less the hidden KL terms
+    (constant along the transport), and the transported state (``(-inf, None)`` where a
+    matrix of the chain is not positive definite).
+
+    Only the factorisations of the transport and of the output covariance are taken:
+    those of a trial that is rejected would be wasted, and those of the accepted one
+    are taken once by the objective that ends the sweep.
+    """
     try:
         with torch.no_grad():
             moved = transported_state(config, state, omega, whitened, order)
-            value = float(dkp_objective(config, moved))
+            factor = try_cholesky(node_matrix(config, moved, moved.n_nodes))
+            if factor is None:
+                return -math.inf, None
+            value = float(_omega_term(config, omega) + _likelihood(factor, moved.data_root))
     except (Breakdown, torch.linalg.LinAlgError):
         return -math.inf, None
     return (value, moved) if math.isfinite(value) else (-math.inf, None)
 
 
-def _gradient(config, state, omega, whitened, order):
-    """The symmetric gradient of the transported objective with respect to ``omega``."""
-    omega = omega.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        value = dkp_objective(config, transported_state(config, state, omega, whitened, order))
-        (gradient,) = torch.autograd.grad(value, omega)
-    return 0.5 * (gradient + gradient.mT)
+def _factor(matrix):
+    factor = try_cholesky(matrix)
+    if factor is None:
+        raise Breakdown("A matrix of the transported chain is not positive definite.")
+    return factor
+
+
+def _value_and_gradient(config, state, order):
+    """At ``state.omega``: the value of :func:`_value`, the symmetric gradient of the
+    transported objective in ``Omega``, and the whitened Grams ``A_l`` (in ``order``).
+
+    Reverse mode written out on the factors the transport itself takes, in place of
+    autograd through the whole objective: the hidden KL terms are constant along the
+    transport and drop out, and ``G_l = C A_l C^T`` is never formed (it is ``G_l``).
+    Going down the chain, with ``Sb = dL/dS`` (symmetric)::
+
+        Sb_L = t/2 (S_L^-1 R R^T S_L^-1 - S_L^-1)
+        Gb_l = M_l o Sb_l + 2 Diag(N_l Sb_l)                 (derivatives of S_l in G_l)
+        Sb_{l-1} = sym(C^-T Phi(C^T Cb) C^-1),  Cb = 2 Gb_l G_l C^-T,  C = chol(S_{l-1})
+        dL/dOmega = X^T Gb_1 X / nu_0 + nu_1/2 (Omega^-1 - I)
+
+    where ``Phi`` keeps the lower triangle and halves the diagonal (the derivative of a
+    Cholesky factor).  ``Raises`` :class:`Breakdown` when a factor fails.
+    """
+    ordered = state.copy(
+        inputs=state.inputs.index_select(0, order), targets=state.targets.index_select(0, order),
+        hidden_grams=[_reordered(gram, order) for gram in state.hidden_grams], grams_cache={})
+    last = ordered.n_nodes
+    factors, halves, whitened = [], [], []
+    with torch.no_grad():
+        for layer in range(2, last + 1):
+            factor = _factor(node_matrix(config, ordered, layer - 1))
+            half = torch.linalg.solve_triangular(factor, ordered.gram(layer), upper=False)
+            factors.append(factor)
+            halves.append(half)  # C^-1 G = (G C^-T)^T
+            whitened.append(torch.linalg.solve_triangular(factor, half.mT, upper=False))
+        factor = _factor(node_matrix(config, ordered, last))
+        root = ordered.data_root
+        value = _omega_term(config, ordered.omega) + _likelihood(factor, root)
+        weighted = torch.cholesky_solve(root, factor)
+        bar = 0.5 * root.shape[1] * (weighted @ weighted.mT - torch.cholesky_inverse(factor))
+        for layer in range(last, 1, -1):
+            derivatives, _ = node_derivatives(config, ordered, layer)
+            gram_bar = contract_derivatives(*derivatives, bar)
+            factor, half = factors[layer - 2], halves[layer - 2]
+            inner = 2.0 * (factor.mT @ gram_bar) @ half.mT
+            inner = inner.tril()
+            inner.diagonal().mul_(0.5)
+            left = torch.linalg.solve_triangular(factor.mT, inner, upper=True)
+            bar = torch.linalg.solve_triangular(factor, left, upper=False, left=False)
+            bar = 0.5 * (bar + bar.mT)
+        derivatives, _ = node_derivatives(config, ordered, 1)
+        gram_bar = contract_derivatives(*derivatives, bar)
+        inputs, omega = ordered.inputs, ordered.omega
+        eye = torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
+        gradient = inputs.mT @ gram_bar @ inputs / inputs.shape[1] \
+            + 0.5 * config.nu_input * (torch.linalg.inv(omega) - eye)
+    return float(value), 0.5 * (gradient + gradient.mT), whitened
 
 
 def joint_input_scale_steps(config, state, n_steps):
@@ -106,26 +180,21 @@ def joint_input_scale_steps(config, state, n_steps):
     The first trial of a step is twice the last accepted step (``state.omega_step``, the
     spectral norm of the exponent), at most ``0.5``; each rejected trial halves it.
     Returns the number of steps taken (it stops early when no trial increases the
-    objective).
+    objective).  Only the squared-exponential kernel takes steps: the arc-cosine
+    kernels' derivative in ``Omega`` is not finite where two Gram rows are parallel.
     """
+    if config.kernel != "sqexp":
+        return 0
     order = canonical_order(state.inputs)
-    whitened = [a.detach() for a in whitened_grams(config, state, order)]
-    omega = state.omega
-    # at the current Omega the transport is the identity: the state's own objective, from
-    # the factorisations the sweep has cached
-    try:
-        value = float(dkp_objective(config, state))
-    except Breakdown:
-        return 0
-    if not math.isfinite(value):
-        return 0
-    taken, moved = 0, None
+    taken, moved = 0, state
     for _ in range(n_steps):
-        gradient = _gradient(config, state, omega, whitened, order)
-        if not bool(torch.isfinite(gradient).all()):
-            # the arc-cosine kernels' autograd derivative is not finite where two Gram
-            # rows are parallel (the diagonal): no direction, no step
+        try:
+            value, gradient, whitened = _value_and_gradient(config, moved, order)
+        except Breakdown:
             break
+        if not (math.isfinite(value) and bool(torch.isfinite(gradient).all())):
+            break
+        omega = moved.omega
         root = _symmetric_function(omega, torch.sqrt)
         direction = root @ gradient @ root
         norm = float(torch.linalg.matrix_norm(direction, 2))
@@ -135,9 +204,9 @@ def joint_input_scale_steps(config, state, n_steps):
         for _ in range(_MAX_HALVINGS):
             trial = root @ _symmetric_function((size / norm) * direction, torch.exp) @ root
             trial = 0.5 * (trial + trial.mT)
-            trial_value, trial_state = _value(config, state, trial, whitened, order)
+            trial_value, trial_state = _value(config, moved, trial, whitened, order)
             if trial_value > value:
-                omega, value, state.omega_step = trial, trial_value, size
+                state.omega_step = size
                 moved = trial_state
                 taken += 1
                 break
@@ -145,8 +214,8 @@ def joint_input_scale_steps(config, state, n_steps):
         else:
             break
     if taken:
-        # the accepted trial's transported state (made without a graph), with its cached
-        # factorisations: the objective that ends the sweep reuses them
+        # the accepted trial's transported state, with its cached kernel and node matrices:
+        # the objective that ends the sweep reuses them
         state.omega = moved.omega
         state.hidden_grams[:] = moved.hidden_grams
         state.grams_cache = moved.grams_cache
