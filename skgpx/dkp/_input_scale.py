@@ -23,7 +23,7 @@ on SPD matrices,
     \\Omega(t) = \\Omega^{1/2}
         \\exp\\big(t\\, \\Omega^{1/2} \\nabla_\\Omega L\\, \\Omega^{1/2}\\big) \\Omega^{1/2},
 
-which keeps ``Omega`` positive definite; ``t`` is halved until the objective increases
+which keeps ``Omega`` positive definite; ``t`` is shortened until the objective increases
 (otherwise the step is not taken), so every step is an ascent step.
 """
 
@@ -38,7 +38,7 @@ from ._model import Breakdown, gaussian_term, node_derivatives, node_matrix
 
 __all__ = ["joint_input_scale_steps"]
 
-_MAX_HALVINGS = 10
+_MAX_TRIALS = 10
 _FIRST_STEP = 0.5  # spectral norm of the first trial's exponent
 
 
@@ -174,11 +174,23 @@ def _value_and_gradient(config, state, order):
     return float(value), 0.5 * (gradient + gradient.mT), whitened
 
 
+def _shorter(size, value, slope, trial_value):
+    """The next trial after a rejected one: the maximiser of the parabola through the
+    value and slope at 0 and the trial's value, kept in ``[size/10, size/2]``."""
+    if not math.isfinite(trial_value):
+        return 0.5 * size
+    drop = value + slope * size - trial_value  # > 0: the trial fell short of the tangent
+    return min(0.5 * size, max(0.1 * size, 0.5 * slope * size * size / drop))
+
+
 def joint_input_scale_steps(config, state, n_steps):
     """Up to ``n_steps`` ascent steps of ``Omega`` with the Grams transported, in place.
 
     The first trial of a step is twice the last accepted step (``state.omega_step``, the
-    spectral norm of the exponent), at most ``0.5``; each rejected trial halves it.
+    spectral norm of the exponent), at most ``0.5``; after a rejected trial the next is
+    the maximiser of the parabola through the value and slope at 0 and the rejected
+    value (:func:`_shorter`): one rejection per step where halving took two or three,
+    as the best step shrinks from sweep to sweep.
     Returns the number of steps taken (it stops early when no trial increases the
     objective).  Only the squared-exponential kernel takes steps: the arc-cosine
     kernels' derivative in ``Omega`` is not finite where two Gram rows are parallel.
@@ -200,8 +212,10 @@ def joint_input_scale_steps(config, state, n_steps):
         norm = float(torch.linalg.matrix_norm(direction, 2))
         if not norm > 0.0:
             break
+        # the slope of t -> L(Omega(t)) at t = 0 along the unit-norm exponent
+        slope = float((direction * direction).sum()) / norm
         size = min(_FIRST_STEP, 2.0 * state.omega_step)
-        for _ in range(_MAX_HALVINGS):
+        for _ in range(_MAX_TRIALS):
             trial = root @ _symmetric_function((size / norm) * direction, torch.exp) @ root
             trial = 0.5 * (trial + trial.mT)
             trial_value, trial_state = _value(config, moved, trial, whitened, order)
@@ -210,7 +224,7 @@ def joint_input_scale_steps(config, state, n_steps):
                 moved = trial_state
                 taken += 1
                 break
-            size *= 0.5
+            size = _shorter(size, value, slope, trial_value)
         else:
             break
     if taken:

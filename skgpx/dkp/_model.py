@@ -44,6 +44,7 @@ class DKPConfig:
     learn_weights: bool
     noise_floor: float = 1e-6
     input_scale_steps: int = 0  # joint Omega steps per sweep (skgpx.dkp._input_scale)
+    input_scale_every: int = 1  # ... on sweeps 1, 1 + k, 1 + 2k, ...
 
     @property
     def alpha(self):
@@ -67,6 +68,7 @@ class DKPState:
     jitter: float  # eps of the Eye component of hidden nodes
     grams_cache: dict = field(default_factory=dict, repr=False)
     omega_step: float = 0.25  # last accepted joint Omega step (skgpx.dkp._input_scale)
+    n_sweeps: int = 0  # sweeps done (the schedule of the joint Omega steps)
 
     @property
     def n_nodes(self):

@@ -388,10 +388,12 @@ def _wishart_sweep(config, state, report):
         above = (None, root, n_targets) if last == 1 else (state.gram(2), None, config.nu_hidden[0])
         update_input_scale(config, state, [_message_from(config, state, 1, scale_inverse, above)],
                            report)
-        if config.input_scale_steps and config.objective == "dkp":
+        if config.input_scale_steps and config.objective == "dkp" \
+                and state.n_sweeps % config.input_scale_every == 0:
             # not for 'dgp': without the log|Omega| term its objective grows without bound
             # along Omega, and the joint steps would follow it
             joint_input_scale_steps(config, state, config.input_scale_steps)
+    state.n_sweeps += 1
 
 
 def _gp_sweep(config, state, report):

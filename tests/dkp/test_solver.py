@@ -1,5 +1,6 @@
 """Solver oracles of spec dkp.md Sec. 13: T5 (linear layer), T6-T10."""
 
+import math
 import warnings
 
 import numpy as np
@@ -532,6 +533,42 @@ def test_joint_step_gradient_equals_autograd_of_the_transported_objective(n_laye
     n, d = X.shape
     constants = 0.5 * config.nu_input * d - 0.5 * n * np.log(2 * np.pi)
     assert value + sum(terms[1:-1]) + constants == pytest.approx(sum(terms), rel=1e-12)
+
+
+@pytest.mark.parametrize("every, objective, expected", [
+    (1, "dkp", [0, 1, 2, 3, 4, 5, 6]), (3, "dkp", [0, 3, 6]), (3, "dgp", [])])
+def test_joint_steps_follow_the_schedule(monkeypatch, every, objective, expected):
+    """The joint Omega steps run on sweeps 1, 1 + k, 1 + 2k, ... (k = input_scale_every),
+    never for 'dgp', and the sweep count survives a breakdown-free fit unchanged."""
+    from skgpx.dkp import _solver
+
+    seen = []
+    original = _solver.joint_input_scale_steps
+
+    def recording(config, state, n_steps):
+        seen.append(state.n_sweeps)
+        return original(config, state, n_steps)
+
+    monkeypatch.setattr(_solver, "joint_input_scale_steps", recording)
+    model = DeepKernelProcessRegressor(input_scale_every=every, objective=objective,
+                                       max_iter=7, device="cpu").fit(TOY_X[:30], TOY_Y[:30])
+    assert seen == expected
+    assert model._state.n_sweeps == 7
+
+
+def test_rejected_joint_trial_is_followed_by_the_parabola_maximiser():
+    """After a rejected trial the next size maximises the parabola through the value and
+    slope at 0 and the trial's value (exact for a quadratic), kept in [s/10, s/2]."""
+    from skgpx.dkp._input_scale import _shorter
+
+    def parabola(t):  # value 1, slope 2, maximiser 0.25
+        return 1.0 + 2.0 * t - 4.0 * t * t
+
+    assert _shorter(1.0, parabola(0.0), 2.0, parabola(1.0)) == pytest.approx(0.25, rel=1e-14)
+    assert _shorter(0.6, parabola(0.0), 2.0, parabola(0.6)) == pytest.approx(0.25, rel=1e-14)
+    assert _shorter(0.4, parabola(0.0), 2.0, parabola(0.4)) == pytest.approx(0.2)  # s/2
+    assert _shorter(10.0, parabola(0.0), 2.0, parabola(10.0)) == pytest.approx(1.0)  # s/10
+    assert _shorter(1.0, 0.0, 2.0, -math.inf) == 0.5  # a failed factorisation: halve
 
 
 def test_input_scale_learns_relevances_on_friedman1():
