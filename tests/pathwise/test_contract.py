@@ -181,9 +181,31 @@ def test_float32_mode_draws_float32_prior_weights():
 
 
 def test_float32_optimisation_reaches_the_float64_optimum():
+    """float32 maximises the likelihood as far as its objective can tell values apart.
+
+    The float32 log marginal likelihood ``f`` carries a rounding error of a few ``u |f|``
+    (``u = 2**-24``; a sum over 30 rows, and the optimiser compares two of them), so float32's
+    optimiser stops where the likelihood is within ``K u |f|`` of its maximum, ``K = 16``:
+    the float64 likelihood at float32's theta lies that close to the float64 maximum, and
+    theta itself within ``sqrt(2 K u |f| / lambda_min)`` of float64's, ``lambda_min`` the
+    smallest curvature of ``-f`` there (the flattest direction; finite differences of the
+    analytic float64 gradient).  One CPU's distance (6e-4 in theta, where that bound is
+    3.3e-3) is no tolerance: another CPU's kernels stop elsewhere within the bound.  A
+    float32 gradient or objective that is wrong stops far outside it.
+    """
     X, y = sine_data()
-    theta = {d: _optimised(0, dtype=d).fit(X, y).kernel_.theta for d in ("float64", "float32")}
-    np.testing.assert_allclose(theta["float32"], theta["float64"], atol=1e-3)
+    model = _optimised(0).fit(X, y)
+    theta, theta32 = model.kernel_.theta, _optimised(0, dtype="float32").fit(X, y).kernel_.theta
+    f = model.log_marginal_likelihood(theta)
+    resolution = 16 * 2.0**-24 * abs(f)
+    assert f - model.log_marginal_likelihood(theta32) <= resolution
+    step = 1e-5 * np.eye(len(theta))
+    curvature = np.array([model.log_marginal_likelihood(theta - h, eval_gradient=True)[1]
+                          - model.log_marginal_likelihood(theta + h, eval_gradient=True)[1]
+                          for h in step]) / 2e-5
+    lambda_min = np.linalg.eigvalsh(0.5 * (curvature + curvature.T))[0]
+    assert lambda_min > 0  # a maximum
+    assert np.linalg.norm(theta32 - theta) <= np.sqrt(2 * resolution / lambda_min)
 
 
 def test_default_dtype_float32_input_and_multi_output_shapes():
