@@ -23,7 +23,7 @@ the emulation runs the float64 code path, not the float32 one.
 that computes (not to views, copies, indexing, exact operations such as ``abs`` or ``max``,
 or in-place updates), as a torch function mode.  It perturbs whole results, not the single
 multiply-adds inside a matrix product or a factorisation, and ``a`` amplifies it (see
-``AMPLIFY`` below).
+``AMPLIFY`` and ``MARGIN`` in ``tests/test_common.py``, which say why).
 """
 
 import warnings
