@@ -417,9 +417,9 @@ def test_verbose_zero_is_silent(name, capfd):
 # (tests/run_float32_matrix.py), float32's error was up to 3.3 times the largest of three
 # runs at float32's amplitude (sDRD draws, MKL_CBWR=COMPATIBLE) and up to 0.41 times the
 # largest of three at AMPLIFY (KEP-SVGP): MARGIN leaves ten times either.  The price: where
-# a fit flips decisions (DKP) or its runs spread widely (sDRD, the one-layer Q-EP), only an
-# error of a few percent of std(y) stands out; elsewhere (pathwise, KEP-SVGP, the Q-EP
-# classifier's probabilities) 1e-3 does (test_float32_comparison_catches_lost_digits).
+# a fit flips decisions (DKP) or its runs spread widely (sDRD, the one-layer Q-EP), an error
+# stands out from 1e-2 of std(y) (DKP: several times that); elsewhere (pathwise, KEP-SVGP,
+# the Q-EP classifier's probabilities) from 1e-3 (test_float32_comparison_catches_lost_digits).
 AMPLIFY = 8.0
 MARGIN = 4.0
 N_EMULATED = 3
