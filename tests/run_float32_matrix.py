@@ -54,7 +54,8 @@ def _run(aten, cbwr, expression, folder):
                    capture_output=True, text=True)
     cells = {}
     for case in ET.parse(report).getroot().iter("testcase"):
-        name = f"{case.get('classname').rsplit('.', 1)[-1]}::{case.get('name')}"
+        module = case.get("classname").removeprefix("tests.").replace(".", "/")
+        name = f"{module}::{case.get('name')}"
         outcome = "ok"
         for tag, text in (("failure", "FAIL"), ("error", "ERROR"), ("skipped", "skip")):
             if case.find(tag) is not None:
