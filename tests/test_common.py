@@ -404,12 +404,13 @@ def test_verbose_zero_is_silent(name, capfd):
 # digits (a step in half precision, a cancellation) or computes something else is not in it.
 #
 # AMPLIFY: the emulated rounding, in units of float32's.  Errors that are smooth in the
-# rounding grow with it (8 times here); a fit's discrete decisions (DKP's acceptance of a
-# Fisher step, an iteration that stops) flip more often: at float32's own size about one
-# DKP run in ten flips one and moves the predictions by about 1e-2 of std(y) (the DKP
-# failure reported on a Xeon), at 8 times most runs do, so three runs sample what float32
-# may take.  (At 16 times the emulation leaves float32's regime: sDRD's prior correlation
-# needs a jitter that no float32 run needs.)
+# rounding grow with it (8 times here); a fit's discrete decisions (the acceptance of a
+# step, an iteration that stops) flip more often.  Before the DKP sweep shrank long steps
+# instead of clipping them (4d69ea3), about one DKP run in ten at float32's own size flipped
+# an acceptance and moved the predictions by 1e-2 of std(y) (the failure reported on a
+# Xeon), and at 8 times most runs did, so three runs sampled what float32 may take.  (At 16
+# times the emulation leaves float32's regime: sDRD's prior correlation needs a jitter that
+# no float32 run needs.)
 # MARGIN: float32's error is one more draw from (roughly) the runs' distribution, so it
 # exceeds the largest of N_EMULATED runs with probability 1 / (N_EMULATED + 1) at equal
 # amplitude; and the emulation perturbs whole results, not each multiply-add inside a
@@ -417,9 +418,9 @@ def test_verbose_zero_is_silent(name, capfd):
 # (tests/run_float32_matrix.py), float32's error was up to 3.3 times the largest of three
 # runs at float32's amplitude (sDRD draws, MKL_CBWR=COMPATIBLE) and up to 0.41 times the
 # largest of three at AMPLIFY (KEP-SVGP): MARGIN leaves ten times either.  The price: where
-# a fit flips decisions (DKP) or its runs spread widely (sDRD, the one-layer Q-EP), an error
-# stands out from 1e-2 of std(y) (DKP: several times that); elsewhere (pathwise, KEP-SVGP,
-# the Q-EP classifier's probabilities) from 1e-3 (test_float32_comparison_catches_lost_digits).
+# the runs spread widely (DKP, sDRD, the one-layer Q-EP) an error stands out from 1e-2 of
+# std(y); elsewhere (pathwise, KEP-SVGP, the Q-EP classifier's probabilities) from 1e-3
+# (test_float32_comparison_catches_lost_digits).
 AMPLIFY = 8.0
 MARGIN = 4.0
 N_EMULATED = 3
