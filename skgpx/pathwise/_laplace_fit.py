@@ -1,0 +1,175 @@
+"""Fitting the Laplace classifier's hyperparameters: batched objectives, lock-step L-BFGS-B.
+
+One-vs-rest has one binary problem per class on the same inputs, each with its own kernel
+hyperparameters and its own L-BFGS-B run, as scikit-learn's ``OneVsRestClassifier`` fits
+them.  Here the ``C`` runs advance in lock step: each run is scipy's own L-BFGS-B in a
+thread, whose objective call posts its ``theta`` and waits; once every live run has posted,
+the main thread evaluates all of them as one batched torch computation
+(:meth:`LaplaceProblems.objective`) and hands each its value and gradient.  A run's
+iterates depend only on its own objective, so they are scikit-learn's, evaluation for
+evaluation; only the linear algebra is batched.
+"""
+
+import threading
+
+import numpy as np
+import scipy.optimize
+import torch
+
+from ._laplace import lml_gradient_weights, posterior_mode
+
+
+class LaplaceProblems:
+    """``C`` binary problems on the rows ``X``: labels ``Y`` (C, n), one kernel structure.
+
+    ``kernel`` is a :class:`skgpx.kernels.TorchKernel`; problem ``c`` evaluates it at its
+    own ``theta``.  With ``warm_start`` each problem's Newton iterations start from the
+    mode of its previous evaluation (scikit-learn's ``f_cached``), else from zero.
+    """
+
+    def __init__(self, kernel, X, Y, link, max_iter, warm_start):
+        self.kernel, self.X, self.Y = kernel, X, Y
+        self.link, self.max_iter, self.warm_start = link, max_iter, warm_start
+        self.f_cache = [None] * Y.shape[0]
+
+    @property
+    def n_problems(self):
+        return self.Y.shape[0]
+
+    def kernel_matrices(self, thetas):
+        """(B, n, n) kernel matrices, one per row of ``thetas`` (B, p)."""
+        with torch.no_grad():
+            return torch.stack([self.kernel(self.X, theta=theta) for theta in thetas])
+
+    def start(self, members):
+        n = self.X.shape[0]
+        rows = []
+        for c in members:
+            cached = self.f_cache[c]
+            rows.append(cached if self.warm_start and cached is not None
+                        else self.Y.new_zeros(n))
+        return torch.stack(rows)
+
+    def mode(self, members, thetas, K=None):
+        """The Laplace mode of problems ``members`` at ``thetas`` (B, p) (tensor)."""
+        K = self.kernel_matrices(thetas) if K is None else K
+        with torch.no_grad():
+            mode = posterior_mode(K, self.Y[members], self.start(members), self.link,
+                                  self.max_iter)
+        for i, c in enumerate(members):
+            self.f_cache[c] = mode.f[i]
+        return K, mode
+
+    def objective(self, members, thetas, eval_gradient):
+        """Log marginal likelihoods (B,) and, if asked, their gradients (B, p), numpy."""
+        thetas = torch.as_tensor(np.asarray(thetas, dtype=np.float64), dtype=self.Y.dtype,
+                                 device=self.Y.device).reshape(len(members), -1)
+        K, mode = self.mode(members, thetas)
+        lml = mode.lml.detach().cpu().numpy().astype(np.float64)
+        if not eval_gradient:
+            return lml, None
+        with torch.no_grad():
+            G = lml_gradient_weights(mode, K, self.Y[members])
+        del K, mode
+        grads = []
+        for i in range(len(members)):
+            # one problem's kernel graph at a time: one backward pass gives sum(G dK/dtheta)
+            theta = thetas[i].detach().clone().requires_grad_(True)
+            if theta.numel() == 0:
+                grads.append(np.zeros(0))
+                continue
+            with torch.enable_grad():
+                (grad,) = torch.autograd.grad((self.kernel(self.X, theta=theta) * G[i]).sum(),
+                                              theta)
+            grads.append(grad.detach().cpu().numpy().astype(np.float64))
+        return lml, np.stack(grads)
+
+
+class _Exit(Exception):
+    """Tells a waiting run that the batched evaluation failed."""
+
+
+def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
+    """Minimise ``B`` objectives with scipy's L-BFGS-B, evaluating them in batches.
+
+    Parameters
+    ----------
+    evaluate : callable
+        ``evaluate(members, thetas) -> (values (k,), grads (k, p))`` for the runs
+        ``members`` (a list of indices) at ``thetas`` (k, p): the values to *minimise*.
+    starts : list of ndarray
+        Each run's initial point.
+    bounds : ndarray of shape (p, 2)
+    on_round : callable, optional
+        Called with the values of each batched evaluation.
+
+    Returns
+    -------
+    results : list of scipy.optimize.OptimizeResult
+    """
+    B = len(starts)
+    lock = threading.Condition()
+    requests, answers, finished, results = {}, {}, set(), [None] * B
+
+    def run(i):
+        def objective(theta):
+            with lock:
+                requests[i] = np.array(theta, dtype=np.float64)
+                lock.notify_all()
+                while i not in answers:
+                    lock.wait()
+                answer = answers.pop(i)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        try:
+            results[i] = scipy.optimize.minimize(objective, starts[i], method="L-BFGS-B",
+                                                 jac=True, bounds=bounds)
+        except BaseException as error:  # noqa: BLE001 (handed back to the main thread)
+            results[i] = error
+        finally:
+            with lock:
+                finished.add(i)
+                lock.notify_all()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(B)]
+    for thread in threads:
+        thread.start()
+    failure = None
+    try:
+        while True:
+            with lock:
+                while len(requests) + len(finished) < B:
+                    lock.wait()
+                if len(finished) == B:
+                    break
+                members = sorted(requests)
+                thetas = np.stack([requests.pop(i) for i in members])
+            try:
+                values, grads = evaluate(members, thetas)
+            except BaseException as error:  # noqa: BLE001
+                failure = error
+                with lock:
+                    for i in members:
+                        answers[i] = _Exit()
+                    lock.notify_all()
+                continue
+            if on_round is not None:
+                on_round(values)
+            with lock:
+                for k, i in enumerate(members):
+                    answers[i] = (float(values[k]), np.asarray(grads[k], dtype=np.float64))
+                lock.notify_all()
+    finally:
+        for thread in threads:
+            thread.join()
+    if failure is not None:
+        raise failure
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+__all__ = ["LaplaceProblems", "lockstep_lbfgs"]
