@@ -480,8 +480,8 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             m = Xq.shape[0]
             step = rows_per_chunk(self.batch_size, len(members) * X_g.shape[0],
                                   self._thetas.device)
-            mean = Xq.new_empty(len(members), m) if m else Xq.new_zeros(len(members), 0)
-            var = torch.empty_like(mean)
+            mean = self._thetas.new_zeros(len(members), m)
+            var = torch.zeros_like(mean)
             with torch.no_grad():
                 for i in range(0, m, step):
                     rows = Xq[i: i + step]
