@@ -8,6 +8,7 @@ from skgpx import (
     DeepKernelProcessRegressor,
     DeepQEPClassifier,
     DeepQEPRegressor,
+    PathwiseGPClassifier,
     PathwiseGPSampler,
     SmoothDRDRegressor,
 )
@@ -34,6 +35,13 @@ CHECKED = [
                       learning_rate=0.05, random_state=0),
     PathwiseGPSampler(WhiteKernel(0.1) + Matern(1.0, nu=1.5), optimizer=None, solver="cg",
                       cg_preconditioner_rank=20, cg_tol=1e-8),
+    # issue 32: scikit-learn's GPC in exact mode (fixed default kernel), and hyperparameter
+    # fitting with restarts, one-vs-one and the probit link
+    PathwiseGPClassifier(),
+    PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=2.5), n_restarts_optimizer=1,
+                         random_state=0),
+    PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=1.5), multi_class="one_vs_one",
+                         link="probit"),
     DeepKernelProcessRegressor(),
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ConstantKernel, Kernel
 from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import _ovr_decision_function
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
@@ -24,6 +24,18 @@ from ._laplace_draws import LaplacePosterior, combine
 from ._laplace_fit import LaplaceProblems, lockstep_lbfgs
 from ._laplace_views import LaplaceBinaryView, LaplaceEnsembleView
 from ._predict import draw_functions
+
+class NoProbabilitiesError(AttributeError, ValueError):
+    """One-vs-one with more than two classes has no probabilities: an AttributeError, so
+    that ``hasattr(est, "predict_proba")`` is False (as for scikit-learn's multiclass
+    wrappers), and a ValueError, scikit-learn's error for ``predict_proba`` there."""
+
+
+def _has_probabilities(est):
+    if est.multi_class == "one_vs_one" and getattr(est, "n_classes_", 2) > 2:
+        raise NoProbabilitiesError(_OVO_PROBA)
+    return True
+
 
 _OVO_PROBA = ("one_vs_one multi-class mode does not support predicting probability "
               "estimates. Use one_vs_rest mode instead.")
@@ -248,12 +260,11 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
     def _structured(self):
         return self.kernel is not None and not self.kernel.requires_vector_input
 
-    def _validate_X(self, X, reset, y=None):
+    def _validate_X(self, X, reset, y="no_validation"):
         kw = dict(ensure_2d=False, dtype=None) if self._structured() else dict(dtype=np.float64)
-        if y is None:
-            return validate_data(self, X, reset=reset, **kw)
-        return validate_data(self, X, y, reset=reset, multi_output=False,
-                             ensure_min_samples=2, **kw)
+        if reset:
+            return validate_data(self, X, y, multi_output=False, ensure_min_samples=2, **kw)
+        return validate_data(self, X, reset=False, **kw)
 
     def fit(self, X, y):
         """Fit the Laplace approximation (and the kernel hyperparameters).
@@ -498,6 +509,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         mean, var = self._latent_torch(Xq, problems)
         return to_numpy(positive_probability(mean, var, self.link))
 
+    @available_if(_has_probabilities)
     def predict_proba(self, X):
         """Class probabilities: the latent Gaussian averaged through the link.
 
@@ -513,12 +525,11 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
 
         Raises
         ------
-        ValueError
-            For one-vs-one with more than two classes (as scikit-learn).
+        NoProbabilitiesError
+            For one-vs-one with more than two classes: scikit-learn's ValueError, also an
+            AttributeError (the method does not exist there).
         """
         check_is_fitted(self)
-        if self.n_classes_ > 2 and self.multi_class == "one_vs_one":
-            raise ValueError(_OVO_PROBA)
         p = self._positive_probability(self._query(X))
         if self.n_classes_ == 2:
             return np.stack([1.0 - p[0], p[0]], axis=1)
@@ -540,8 +551,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             Xq = self._query(X)
             mean, var = self._latent_torch(Xq)
             confidences = to_numpy(positive_probability(mean, var, self.link)).T
-            predictions = (to_numpy(mean) > 0).astype(int).T
-            scores = _ovr_decision_function(predictions, confidences, self.n_classes_)
+            scores = _ovo_scores(to_numpy(mean).T > 0, confidences, self.n_classes_)
             return self.classes_[scores.argmax(axis=1)]
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
@@ -689,6 +699,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
                 feature_map=self.feature_map, shared_basis=True, method="pathwise",
                 batch_size=self.batch_size) for post in posts])
 
+    @available_if(_has_probabilities)
     def sample_y(self, X, n_samples=1, random_state=0):
         """Class-probability draws: the link of latent draws (one-vs-rest: normalised).
 
@@ -705,8 +716,6 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             The layout of ``DeepQEPClassifier.sample_y``.
         """
         check_is_fitted(self)
-        if self.n_classes_ > 2 and self.multi_class == "one_vs_one":
-            raise ValueError(_OVO_PROBA)
         Xq = self._query(X)
         functions = self.sample_functions(n_samples, random_state)
         f = functions(Xq)  # (m, S) or (m, C, S), torch
@@ -717,6 +726,22 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         else:
             p = p / p.sum(1, keepdim=True)
         return to_numpy(p)
+
+
+def _ovo_scores(positive, confidences, n_classes):
+    """One-vs-one votes plus confidences squashed into (-1/3, 1/3), as scikit-learn's
+    ``OneVsOneClassifier.decision_function`` combines them: pair ``k = (i, j)`` votes for
+    ``j`` where its latent mean is positive, and its probability of ``j`` moves the
+    confidence from ``i`` to ``j``; the squashing only breaks ties between votes."""
+    votes = np.zeros((positive.shape[0], n_classes))
+    confidence = np.zeros_like(votes)
+    pairs = [(i, j) for i in range(n_classes) for j in range(i + 1, n_classes)]
+    for k, (i, j) in enumerate(pairs):
+        confidence[:, i] -= confidences[:, k]
+        confidence[:, j] += confidences[:, k]
+        votes[~positive[:, k], i] += 1
+        votes[positive[:, k], j] += 1
+    return votes + confidence / (3 * (np.abs(confidence) + 1))
 
 
 def _select(mode, members):
