@@ -1,47 +1,29 @@
 """PathwiseGPClassifier: scikit-learn's Laplace GP classifier in torch, with latent draws."""
 
-import sys
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ConstantKernel, Kernel
 from sklearn.utils import check_random_state
-from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
-    Interval, StrOptions, TorchEstimatorMixin, array_bytes, check_draw_memory,
-    check_magnitude, check_memory, check_n_samples, draw_seed, encode_classes,
-    prediction_generator, progress_bar, rows_per_chunk, to_numpy, to_probabilities,
+    Interval, StrOptions, TorchEstimatorMixin, array_bytes, check_magnitude, check_memory,
+    draw_seed, encode_classes, rows_per_chunk, to_numpy, to_probabilities,
 )
 from ..kernels import ObjectRows, TorchKernel, split_white_noise
 from ._laplace import LINKS, latent_moments, positive_probability
-from ._laplace_draws import LaplacePosterior, combine
-from ._laplace_fit import LaplaceProblems, lockstep_lbfgs
-from ._laplace_views import LaplaceBinaryView, LaplaceEnsembleView
-from ._predict import draw_functions
-
-class NoProbabilitiesError(AttributeError, ValueError):
-    """One-vs-one with more than two classes has no probabilities: an AttributeError, so
-    that ``hasattr(est, "predict_proba")`` is False (as for scikit-learn's multiclass
-    wrappers), and a ValueError, scikit-learn's error for ``predict_proba`` there."""
+from ._laplace_draws import LaplaceDrawsMixin
+from ._laplace_fit import LaplaceFitMixin, LaplaceProblems
+from ._laplace_views import (
+    LaplaceBinaryView, LaplaceEnsembleView, ovo_scores, probabilities_only, select_problems,
+)
 
 
-def _has_probabilities(est):
-    if est.multi_class == "one_vs_one" and getattr(est, "n_classes_", 2) > 2:
-        raise NoProbabilitiesError(_OVO_PROBA)
-    return True
-
-
-_OVO_PROBA = ("one_vs_one multi-class mode does not support predicting probability "
-              "estimates. Use one_vs_rest mode instead.")
-
-
-class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
+class PathwiseGPClassifier(LaplaceFitMixin, LaplaceDrawsMixin, ClassifierMixin,
+                           TorchEstimatorMixin, BaseEstimator):
     """Gaussian process classification by Laplace's method, with latent function draws.
 
     Exact mode reproduces scikit-learn's
@@ -308,8 +290,9 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
                else self._as_tensor(X, device, dtype))
         problems = []
         for rows, labels in groups:
-            Xg = X_t if rows is None else X_t[torch.as_tensor(rows, device=device)
-                                               if not structured else rows]
+            index = rows if structured or rows is None else torch.as_tensor(rows,
+                                                                            device=device)
+            Xg = X_t if rows is None else X_t[index]
             Y = self._as_tensor(np.stack(labels).astype(np.float64), device, dtype)
             problems.append(LaplaceProblems(torch_kernel, Xg, Y, self.link,
                                             self.max_iter_predict, self.warm_start))
@@ -375,90 +358,14 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             way_out="use the sparse mode (n_inducing=256), fewer rows, or a GPU "
                     "(device='cuda')", device=device)
 
-    def _starts(self, kernel, n_problems):
-        """Each problem's starting thetas, drawing from the random state as scikit-learn
-        does: binary uses ``random_state`` itself, several problems a clone each."""
-        starts = []
-        for _ in range(n_problems):
-            rng = check_random_state(self.random_state if n_problems == 1
-                                     else clone(self.random_state, safe=False))
-            runs = [kernel.theta]
-            if self.optimizer is not None and kernel.n_dims > 0 and self.n_restarts_optimizer:
-                bounds = kernel.bounds
-                if not np.isfinite(bounds).all():
-                    raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
-                                     "requires that all bounds are finite.")
-                runs += [np.exp(rng.uniform(bounds[:, 0], bounds[:, 1]))
-                         for _ in range(self.n_restarts_optimizer)]
-            starts.append(runs)
-        return starts
-
-    def _optimise(self, problems, kernel, starts, history):
-        """Best theta and lml per problem (None for the lml when nothing is fitted)."""
-        n_problems = len(starts)
-        if self.optimizer is None or kernel.n_dims == 0:
-            return [kernel.theta] * n_problems, None
-        best = [None] * n_problems
-        with progress_bar(self.verbose, "PathwiseGPClassifier fit") as bar:
-            def on_round(values):
-                history.append(float(np.sum(values)))
-                bar.update(1)
-                bar.set_postfix(neg_log_marginal_likelihood=f"{history[-1]:.6g}")
-
-            offset = 0
-            for p in problems:
-                members = list(range(offset, offset + p.n_problems))
-                for run in range(len(starts[offset])):
-                    x0 = [starts[c][run] for c in members]
-                    for c, (theta, fmin) in zip(members, self._run(p, offset, x0, kernel,
-                                                                   on_round)):
-                        if best[c] is None or fmin < best[c][1]:
-                            best[c] = (theta, fmin)
-                        if self.verbose >= 2:
-                            bar.write(f"problem {c} run {run}: neg log marginal likelihood "
-                                      f"{fmin:.6g}", file=sys.stderr)
-                offset += p.n_problems
-        return [b[0] for b in best], [-b[1] for b in best]
-
-    def _run(self, problems, offset, x0, kernel, on_round):
-        """One optimizer run per problem of ``problems`` (lock step for L-BFGS-B)."""
-        bounds = kernel.bounds
-
-        def evaluate(members, thetas, eval_gradient=True):
-            values, grads = problems.objective(members, thetas, eval_gradient)
-            return -values, (None if grads is None else -grads)
-
-        if self.optimizer == "fmin_l_bfgs_b":
-            results = lockstep_lbfgs(evaluate, x0, bounds, on_round)
-            out = []
-            for result in results:
-                if result.status != 0:  # scikit-learn's _check_optimize_result("lbfgs")
-                    warnings.warn(
-                        f"lbfgs failed to converge after {result.nit} iteration(s) "
-                        f"(status={result.status}):\n{result.message}\n\nYou might also "
-                        "want to scale the data as shown in:\n    https://scikit-learn."
-                        "org/stable/modules/preprocessing.html", ConvergenceWarning)
-                out.append((np.asarray(result.x, dtype=np.float64), float(result.fun)))
-            return out
-        out = []
-        for i, theta0 in enumerate(x0):  # a user's callable: one problem at a time
-            def obj_func(theta, eval_gradient=True, i=i):
-                values, grads = evaluate([i], np.atleast_2d(theta), eval_gradient)
-                on_round(values)
-                return (values[0], grads[0]) if eval_gradient else values[0]
-
-            theta, fmin = self.optimizer(obj_func, theta0, bounds=bounds)
-            out.append((np.asarray(theta, dtype=np.float64), float(fmin)))
-        return out
-
     def _views(self):
         if self.n_classes_ == 2:
             return LaplaceBinaryView(self, 0, self.classes_)
         if self.multi_class == "one_vs_rest":
             views = [LaplaceBinaryView(self, c, [0, 1]) for c in range(self.n_classes_)]
         else:
-            pairs = [(i, j) for i in range(self.n_classes_) for j in range(i + 1,
-                                                                          self.n_classes_)]
+            n = self.n_classes_
+            pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
             views = [LaplaceBinaryView(self, k, self.classes_[list(pair)])
                      for k, pair in enumerate(pairs)]
         return LaplaceEnsembleView(self.multi_class, views, self.classes_)
@@ -487,7 +394,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             offset += Y_g.shape[0]
             if not members:
                 continue
-            sub = _select(mode, local)
+            sub = select_problems(mode, local)
             m = Xq.shape[0]
             step = rows_per_chunk(self.batch_size, len(members) * X_g.shape[0],
                                   self._thetas.device)
@@ -509,7 +416,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         mean, var = self._latent_torch(Xq, problems)
         return to_numpy(positive_probability(mean, var, self.link))
 
-    @available_if(_has_probabilities)
+    @probabilities_only
     def predict_proba(self, X):
         """Class probabilities: the latent Gaussian averaged through the link.
 
@@ -551,7 +458,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             Xq = self._query(X)
             mean, var = self._latent_torch(Xq)
             confidences = to_numpy(positive_probability(mean, var, self.link)).T
-            scores = _ovo_scores(to_numpy(mean).T > 0, confidences, self.n_classes_)
+            scores = ovo_scores(to_numpy(mean).T > 0, confidences, self.n_classes_)
             return self.classes_[scores.argmax(axis=1)]
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
@@ -641,116 +548,6 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             for kernel, t in zip(self._kernels, thetas):
                 kernel.theta = t
         return (value, grad) if eval_gradient else value
-
-    # ------------------------------------------------------------ draws
-
-    def _posteriors(self):
-        _, white = split_white_noise(self._kernels[0])
-        posts, offset = [], 0
-        for X_g, Y_g, mode in self._groups:
-            for local in range(Y_g.shape[0]):
-                c = offset + local
-                _, white = split_white_noise(self._kernels[c])
-                posts.append(LaplacePosterior(
-                    kernel=self._torch_kernel, signal_kernel=split_white_noise(
-                        self._kernels[c])[0] or ConstantKernel(0.0, "fixed"),
-                    theta=self._thetas[c], X=X_g, g=mode.g[local], W_sr=mode.W_sr[local],
-                    L=mode.L[local], white=white, shift=self._shift,
-                    n_features_in=self.n_features_in_))
-            offset += Y_g.shape[0]
-        return posts
-
-    def sample_functions(self, n_samples=1, random_state=0):
-        """Draw latent functions from the Laplace posterior, evaluable anywhere.
-
-        Parameters
-        ----------
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=0
-            Seeds the draws; None uses the seed drawn in ``fit``.
-
-        Returns
-        -------
-        functions : PathwiseFunctions or ProblemFunctions
-            Binary: ``functions(X)`` of shape (n_queries, n_samples); several problems:
-            (n_queries, n_problems, n_samples), one kernel per problem.
-
-        Raises
-        ------
-        NotImplementedError
-            For kernels on structured inputs (no random-feature expansion).
-        """
-        check_is_fitted(self)
-        n_samples = check_n_samples(n_samples, minimum=1)
-        if self._structured():
-            raise NotImplementedError(
-                f"sample_functions needs random features, which the kernel {self.kernel} on "
-                "structured inputs (requires_vector_input=False) has no expansion into.")
-        posts = self._posteriors()
-        n_train = max(p.X.shape[0] for p in posts)
-        check_draw_memory(n_samples, len(posts) * (2 * self.n_features + 4 * n_train),
-                          what="PathwiseGPClassifier.sample_functions",
-                          way_out="ask for fewer draws (n_samples) per call",
-                          device=self.device_)
-        generator = prediction_generator(self, random_state)
-        with torch.no_grad():
-            return combine([draw_functions(
-                post, n_samples, generator, n_features=self.n_features,
-                feature_map=self.feature_map, shared_basis=True, method="pathwise",
-                batch_size=self.batch_size) for post in posts])
-
-    @available_if(_has_probabilities)
-    def sample_y(self, X, n_samples=1, random_state=0):
-        """Class-probability draws: the link of latent draws (one-vs-rest: normalised).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=0
-            As in :meth:`sample_functions`.
-
-        Returns
-        -------
-        proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
-            The layout of ``DeepQEPClassifier.sample_y``.
-        """
-        check_is_fitted(self)
-        Xq = self._query(X)
-        functions = self.sample_functions(n_samples, random_state)
-        f = functions(Xq)  # (m, S) or (m, C, S), torch
-        f = f[:, None, :] if f.dim() == 2 else f
-        p = torch.sigmoid(f) if self.link == "logit" else torch.special.ndtr(f)
-        if self.n_classes_ == 2:
-            p = torch.cat([1.0 - p, p], dim=1)
-        else:
-            p = p / p.sum(1, keepdim=True)
-        return to_numpy(p)
-
-
-def _ovo_scores(positive, confidences, n_classes):
-    """One-vs-one votes plus confidences squashed into (-1/3, 1/3), as scikit-learn's
-    ``OneVsOneClassifier.decision_function`` combines them: pair ``k = (i, j)`` votes for
-    ``j`` where its latent mean is positive, and its probability of ``j`` moves the
-    confidence from ``i`` to ``j``; the squashing only breaks ties between votes."""
-    votes = np.zeros((positive.shape[0], n_classes))
-    confidence = np.zeros_like(votes)
-    pairs = [(i, j) for i in range(n_classes) for j in range(i + 1, n_classes)]
-    for k, (i, j) in enumerate(pairs):
-        confidence[:, i] -= confidences[:, k]
-        confidence[:, j] += confidences[:, k]
-        votes[~positive[:, k], i] += 1
-        votes[positive[:, k], j] += 1
-    return votes + confidence / (3 * (np.abs(confidence) + 1))
-
-
-def _select(mode, members):
-    """The Mode of a subset of the problems (all of them: the Mode itself)."""
-    if members == list(range(mode.lml.shape[0])):
-        return mode
-    index = torch.as_tensor(members, device=mode.lml.device)
-    return type(mode)(**{name: getattr(mode, name)[index.to(getattr(mode, name).device)]
-                         for name in mode.__dataclass_fields__})
 
 
 __all__ = ["PathwiseGPClassifier"]

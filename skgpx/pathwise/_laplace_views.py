@@ -7,7 +7,11 @@ batched fit (kernel, log marginal likelihood, latent moments, probabilities) wit
 second copy of the fitted state.
 """
 
+import functools
+import types
+
 import numpy as np
+import torch
 
 
 class LaplaceBinaryView:
@@ -74,4 +78,59 @@ class LaplaceEnsembleView:
         self.classes_ = classes
 
 
-__all__ = ["LaplaceBinaryView", "LaplaceEnsembleView"]
+class NoProbabilitiesError(AttributeError, ValueError):
+    """One-vs-one with more than two classes has no probabilities: an AttributeError, so
+    that ``hasattr(est, "predict_proba")`` is False (as for scikit-learn's multiclass
+    wrappers), and a ValueError, scikit-learn's error for ``predict_proba`` there."""
+
+
+class probabilities_only:
+    """A method that does not exist (:class:`NoProbabilitiesError`, with scikit-learn's
+    message) on a fitted one-vs-one estimator of more than two classes."""
+
+    def __init__(self, method):
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, est, owner=None):
+        if est is None:
+            return self.method
+        if est.multi_class == "one_vs_one" and getattr(est, "n_classes_", 2) > 2:
+            raise NoProbabilitiesError(_OVO_PROBA)
+        return types.MethodType(self.method, est)
+
+
+_OVO_PROBA = ("one_vs_one multi-class mode does not support predicting probability "
+              "estimates. Use one_vs_rest mode instead.")
+
+
+def ovo_scores(positive, confidences, n_classes):
+    """One-vs-one votes plus confidences squashed into (-1/3, 1/3), as scikit-learn's
+    ``OneVsOneClassifier.decision_function`` combines them: pair ``k = (i, j)`` votes for
+    ``j`` where its latent mean is positive, and its probability of ``j`` moves the
+    confidence from ``i`` to ``j``; the squashing only breaks ties between votes."""
+    votes = np.zeros((positive.shape[0], n_classes))
+    confidence = np.zeros_like(votes)
+    pairs = [(i, j) for i in range(n_classes) for j in range(i + 1, n_classes)]
+    for k, (i, j) in enumerate(pairs):
+        confidence[:, i] -= confidences[:, k]
+        confidence[:, j] += confidences[:, k]
+        votes[~positive[:, k], i] += 1
+        votes[positive[:, k], j] += 1
+    return votes + confidence / (3 * (np.abs(confidence) + 1))
+
+
+def select_problems(mode, members):
+    """The Mode of a subset of the problems (all of them: the Mode itself)."""
+    if members == list(range(mode.lml.shape[0])):
+        return mode
+    index = torch.as_tensor(members, device=mode.lml.device)
+    return type(mode)(**{name: getattr(mode, name)[index.to(getattr(mode, name).device)]
+                         for name in mode.__dataclass_fields__})
+
+
+__all__ = ["PathwiseGPClassifier"]
+
+
+__all__ = ["LaplaceBinaryView", "LaplaceEnsembleView", "NoProbabilitiesError", "ovo_scores",
+           "probabilities_only", "select_problems"]
