@@ -116,14 +116,14 @@ def posterior_mode(K, y, f0, link, max_iter):
     Mode
     """
     C, n = y.shape
-    out = Mode(lml=torch.full((C,), -math.inf, dtype=K.dtype, device=K.device),
-               f=f0.clone(), g=torch.empty_like(y), W=torch.empty_like(y),
-               dW=torch.empty_like(y), W_sr=torch.empty_like(y),
-               L=torch.empty_like(K), a=torch.empty_like(y),
+    out = Mode(lml=torch.empty(C, dtype=K.dtype, device=K.device), f=torch.empty_like(y),
+               g=torch.empty_like(y), W=torch.empty_like(y), dW=torch.empty_like(y),
+               W_sr=torch.empty_like(y), L=torch.empty_like(K), a=torch.empty_like(y),
                n_iter=torch.zeros(C, dtype=torch.long))
-    active = torch.arange(C, device=K.device)
-    Ka, ya, f = K, y, out.f
-    for _ in range(max_iter):
+    members = list(range(C))  # the problems still iterating
+    Ka, ya, f = K, y, f0
+    previous = torch.full((C,), -math.inf, dtype=K.dtype, device=K.device)
+    for step in range(max_iter):
         _, g, W, dW = link_derivatives(f, ya, link)
         W_sr = torch.sqrt(W)
         L = _factor_B(Ka, W_sr)
@@ -134,20 +134,30 @@ def posterior_mode(K, y, f0, link, max_iter):
         log_lik, _, _, _ = link_derivatives(f, ya, link)
         lml = (-0.5 * (a * f).sum(-1) + log_lik.sum(-1)
                - torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1))
-        out.f[active], out.g[active], out.W[active], out.dW[active] = f, g, W, dW
-        out.W_sr[active], out.L[active], out.a[active] = W_sr, L, a
-        out.n_iter[active.cpu()] += 1
-        done = (lml - out.lml[active]) < NEWTON_TOL
-        going = ~done
-        out.lml[active[going]] = lml[going]
-        if not bool(going.any()):
+        if not bool(torch.isfinite(lml).all()):
+            raise FloatingPointError(
+                "The Laplace approximation's log marginal likelihood is not finite at Newton "
+                f"step {step + 1}; check the kernel hyperparameters (bounds) and the inputs "
+                "for NaN or huge values.")
+        going = (lml - previous) >= NEWTON_TOL
+        previous = torch.where(going, lml, previous)
+        last = step == max_iter - 1
+        if bool(going.all()) and not last:
+            continue
+        # write out the problems that stop here: this step's temporaries, and the value
+        # before it (after it when the step limit is reached), as scikit-learn returns them
+        stop = torch.ones_like(going) if last else ~going
+        rows = stop.nonzero()[:, 0]
+        index = torch.as_tensor([members[i] for i in rows.tolist()], device=K.device)
+        for name, value in (("lml", previous), ("f", f), ("g", g), ("W", W), ("dW", dW),
+                            ("W_sr", W_sr), ("L", L), ("a", a)):
+            getattr(out, name)[index] = value[rows]
+        out.n_iter[index.cpu()] = step + 1
+        keep = (~stop).nonzero()[:, 0]
+        if keep.numel() == 0:
             break
-        if bool(done.any()):
-            active, Ka, ya, f = active[going], Ka[going], ya[going], f[going]
-    if not bool(torch.isfinite(out.lml).all()):
-        raise FloatingPointError(
-            "The Laplace approximation's log marginal likelihood is not finite; check the "
-            "kernel hyperparameters (bounds) and the inputs for NaN or huge values.")
+        members = [members[i] for i in keep.tolist()]
+        Ka, ya, f, previous = Ka[keep], ya[keep], f[keep], previous[keep]
     return out
 
 
