@@ -123,15 +123,17 @@ def posterior_mode(K, y, f0, link, max_iter):
     members = list(range(C))  # the problems still iterating
     Ka, ya, f = K, y, f0
     previous = torch.full((C,), -math.inf, dtype=K.dtype, device=K.device)
+    _, g_next, W_next, dW_next = link_derivatives(f, ya, link)
     for step in range(max_iter):
-        _, g, W, dW = link_derivatives(f, ya, link)
+        g, W, dW = g_next, W_next, dW_next
         W_sr = torch.sqrt(W)
         L = _factor_B(Ka, W_sr)
         b = W * f + g
         Kb = torch.bmm(Ka, b[:, :, None])
         a = b - W_sr * cholesky_solve(L, W_sr[:, :, None] * Kb)[:, :, 0]
         f = torch.bmm(Ka, a[:, :, None])[:, :, 0]
-        log_lik, _, _, _ = link_derivatives(f, ya, link)
+        # the derivatives at the new f serve this step's lml and the next step
+        log_lik, g_next, W_next, dW_next = link_derivatives(f, ya, link)
         lml = (-0.5 * (a * f).sum(-1) + log_lik.sum(-1)
                - torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1))
         if not bool(torch.isfinite(lml).all()):
@@ -158,6 +160,7 @@ def posterior_mode(K, y, f0, link, max_iter):
             break
         members = [members[i] for i in keep.tolist()]
         Ka, ya, f, previous = Ka[keep], ya[keep], f[keep], previous[keep]
+        g_next, W_next, dW_next = g_next[keep], W_next[keep], dW_next[keep]
     return out
 
 
