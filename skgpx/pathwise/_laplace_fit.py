@@ -143,7 +143,6 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(B)]
     for thread in threads:
         thread.start()
-    failure = None
     try:
         while True:
             with lock:
@@ -153,15 +152,7 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
                     break
                 members = sorted(requests)
                 thetas = np.stack([requests.pop(i) for i in members])
-            try:
-                values, grads = evaluate(members, thetas)
-            except BaseException as error:  # noqa: BLE001
-                failure = error
-                with lock:
-                    for i in members:
-                        answers[i] = _Exit()
-                    lock.notify_all()
-                continue
+            values, grads = evaluate(members, thetas)
             if on_round is not None:
                 on_round(values)
             with lock:
@@ -169,10 +160,17 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
                     answers[i] = (float(values[k]), np.asarray(grads[k], dtype=np.float64))
                 lock.notify_all()
     finally:
+        # on an error here (or an interrupt), every run still waiting is told to stop, so
+        # that no thread is left blocked
+        with lock:
+            while len(finished) < B:
+                for i in set(range(B)) - finished - set(answers):
+                    requests.pop(i, None)
+                    answers[i] = _Exit()
+                lock.notify_all()
+                lock.wait(timeout=0.05)
         for thread in threads:
             thread.join()
-    if failure is not None:
-        raise failure
     for result in results:
         if isinstance(result, BaseException):
             raise result
