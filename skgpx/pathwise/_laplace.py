@@ -95,7 +95,8 @@ def _on_lapack(*tensors):
 
 
 def _cholesky_(B):
-    """Lower Cholesky factors of the batch ``B`` (C, n, n), overwriting ``B`` on the CPU;
+    """Lower Cholesky factors of the batch ``B`` (C, n, n), overwriting ``B`` on the CPU
+    (the factors are then a transposed view of ``B``: column-major, as LAPACK takes them);
     None where a factor does not exist (not positive definite)."""
     if not _on_lapack(B) or not B.is_contiguous():
         L, info = torch.linalg.cholesky_ex(B)
@@ -109,7 +110,7 @@ def _cholesky_(B):
             return None
         if not np.shares_memory(factor, matrix):
             matrix[...] = factor.T
-    return B.transpose(-1, -2).contiguous()
+    return B.transpose(-1, -2)
 
 
 def cho_solve_vectors(L, v):
@@ -123,10 +124,15 @@ def solve_lower(L, M):
     if not _on_lapack(L, M):
         return torch.linalg.solve_triangular(L, M, upper=False)
     out = torch.empty_like(M)
+    M = M.contiguous()
+    column_major = L.transpose(-1, -2).is_contiguous()
     for factor, rhs, dest in zip(L.numpy(), M.numpy(), out.numpy()):
         (trsm,) = get_blas_funcs(("trsm",), (factor,))
-        # row-major L is column-major L^T (upper): solve L X = M as X^T L^T = M^T
-        dest[...] = trsm(1.0, factor.T, rhs.T, side=1, lower=0, trans_a=0).T
+        # solve L X = M as X^T L^T = M^T, on the column-major views of the operands
+        if column_major:
+            dest[...] = trsm(1.0, factor, rhs.T, side=1, lower=1, trans_a=1).T
+        else:  # row-major L is column-major L^T (upper)
+            dest[...] = trsm(1.0, factor.T, rhs.T, side=1, lower=0, trans_a=0).T
     return out
 
 
@@ -134,7 +140,7 @@ def cho_inverse(L):
     """``(L L^T)^{-1}`` (C, n, n), symmetric, from lower factors ``L``."""
     if not _on_lapack(L):
         return torch.cholesky_inverse(L)
-    out = L.transpose(-1, -2).contiguous()  # row-major L^T: column-major L
+    out = L.transpose(-1, -2).clone(memory_format=torch.contiguous_format)  # column-major L
     for matrix in out.numpy():
         (potri,) = get_lapack_funcs(("potri",), (matrix,))
         inverse, info = potri(matrix.T, lower=1, overwrite_c=1)
@@ -145,9 +151,11 @@ def cho_inverse(L):
     return upper + upper.triu(1).transpose(-1, -2)
 
 
-def _factor_B(K, W_sr):
-    """Lower Cholesky factor of ``B = I + W^1/2 K W^1/2`` (eigenvalues >= 1 for a PSD K)."""
-    B = K * W_sr[:, :, None]
+def _factor_B(K, W_sr, buffer):
+    """Lower Cholesky factor of ``B = I + W^1/2 K W^1/2`` (eigenvalues >= 1 for a PSD K),
+    formed in ``buffer`` (reused across Newton steps: fresh (C, n, n) blocks cost page
+    faults)."""
+    B = torch.mul(K, W_sr[:, :, None], out=buffer)
     B.mul_(W_sr[:, None, :])
     B.diagonal(dim1=-2, dim2=-1).add_(1.0)
     L = _cholesky_(B.clone() if not _on_lapack(B) else B)
@@ -183,10 +191,12 @@ def posterior_mode(K, y, f0, link, max_iter):
     Mode
     """
     C, n = y.shape
+    factors = torch.empty_like(K)  # L^T row-major (L column-major) of each problem
     out = Mode(lml=torch.empty(C, dtype=K.dtype, device=K.device), f=torch.empty_like(y),
                g=torch.empty_like(y), W=torch.empty_like(y), dW=torch.empty_like(y),
-               W_sr=torch.empty_like(y), L=torch.empty_like(K), a=torch.empty_like(y),
+               W_sr=torch.empty_like(y), L=factors.transpose(-1, -2), a=torch.empty_like(y),
                n_iter=torch.zeros(C, dtype=torch.long))
+    buffer = torch.empty_like(K)
     members = list(range(C))  # the problems still iterating
     Ka, ya, f = K, y, f0
     previous = torch.full((C,), -math.inf, dtype=K.dtype, device=K.device)
@@ -194,7 +204,7 @@ def posterior_mode(K, y, f0, link, max_iter):
     for step in range(max_iter):
         g, W, dW = g_next, W_next, dW_next
         W_sr = torch.sqrt(W)
-        L = _factor_B(Ka, W_sr)
+        L = _factor_B(Ka, W_sr, buffer[: len(members)])
         b = W * f + g
         Kb = torch.bmm(Ka, b[:, :, None])
         a = b - W_sr * cho_solve_vectors(L, W_sr * Kb[:, :, 0])
@@ -219,8 +229,9 @@ def posterior_mode(K, y, f0, link, max_iter):
         rows = stop.nonzero()[:, 0]
         index = torch.as_tensor([members[i] for i in rows.tolist()], device=K.device)
         for name, value in (("lml", previous), ("f", f), ("g", g), ("W", W), ("dW", dW),
-                            ("W_sr", W_sr), ("L", L), ("a", a)):
+                            ("W_sr", W_sr), ("a", a)):
             getattr(out, name)[index] = value[rows]
+        factors[index] = L.transpose(-1, -2)[rows]
         out.n_iter[index.cpu()] = step + 1
         keep = (~stop).nonzero()[:, 0]
         if keep.numel() == 0:
