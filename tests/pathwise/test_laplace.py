@@ -14,7 +14,9 @@ import torch
 from scipy.special import erf
 from sklearn.gaussian_process import GaussianProcessClassifier as SklearnGPC
 from sklearn.gaussian_process._gpc import _BinaryGaussianProcessClassifierLaplace
-from sklearn.gaussian_process.kernels import RBF, CompoundKernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import (
+    RBF, CompoundKernel, Matern, RationalQuadratic, WhiteKernel,
+)
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
@@ -70,6 +72,27 @@ def test_logit_gradient_is_sklearns_and_central_differences(kernel):
     np.testing.assert_allclose(grad[0], lml_grad, rtol=1e-9, atol=1e-10)
     central = _central_differences(problems, theta)
     np.testing.assert_allclose(grad[0], central, rtol=1e-5, atol=1e-7)
+
+
+X3 = np.random.RandomState(0).normal(size=(25, 3))
+Y3 = (X3[:, 0] + np.sin(2 * X3[:, 1]) > 0).astype(int)
+
+
+@pytest.mark.parametrize("kernel", [
+    C(1.5) * RBF([1.0, 2.0, 0.5]),  # ARD: the closed-form stationary gradient
+    C(0.8) * Matern(1.3, nu=2.5) + WhiteKernel(0.05),  # isotropic, with a white term
+    RBF(0.7) + WhiteKernel(0.1),  # a sum: the autograd path
+    C(1.0) * RationalQuadratic(1.0, 2.0),  # not stationary-closed-form: autograd
+])
+def test_gradient_is_sklearns_in_three_dimensions(kernel):
+    ref = SklearnGPC(kernel, optimizer=None).fit(X3, Y3)
+    Y = torch.tensor(Y3[None].astype(float))
+    problems = LaplaceProblems(TorchKernel(kernel), torch.tensor(X3), Y, "logit", 100, False)
+    theta = kernel.theta - 0.2
+    value, grad = problems.objective([0], theta[None], True)
+    lml, lml_grad = ref.log_marginal_likelihood(theta, eval_gradient=True)
+    assert abs(value[0] - lml) < 1e-10
+    np.testing.assert_allclose(grad[0], lml_grad, rtol=1e-8, atol=1e-10)
 
 
 def _central_differences(problems, theta, eps=1e-4):
