@@ -23,11 +23,12 @@ the CPU field by field: :func:`skgpx._base.move_to_device`) with
     ``kernel`` (a clone the estimator owns) when ``est`` asks for it.  Reads its options
     from ``est``, appends the objective of each evaluation to ``history`` and returns the
     fitted kernel.  Afterwards the fields of :class:`Mode` hold the fitted state.
-``predict(Xq, prior_diag, prior_cov, *, batch_size, want_var, want_cov)``
-    Latent moments at the query rows ``Xq``: ``(mean (n*, T), var (n*,) or None,
-    cov (n*, n*) or None)`` in the units of the fitted ``Y``.  ``prior_diag(Xc)`` and
-    ``prior_cov(Xc)`` are the prior variance and covariance that the estimator's face
-    chooses (with or without observation noise).
+``predict(Xq, *, noise, batch_size, want_var, want_cov)``
+    Predictive moments at the query rows ``Xq``: ``(mean (n*, T), var (n*,) or None,
+    cov (n*, n*) or None)`` in the units of the fitted ``Y``.  ``noise`` is the variance
+    the estimator adds at new inputs: None for the full kernel's (its ``WhiteKernel``
+    terms, scikit-learn's choice), a float for the signal plus that (0.0: the latent
+    function); see :meth:`Mode.prior_variance`.
 ``posterior(**face)``
     The object that :func:`~skgpx.pathwise._predict.draw_functions` and
     :func:`~skgpx.pathwise._predict.draw_exact` consume: a
@@ -47,9 +48,11 @@ an object with the attributes of ``Posterior`` that ``draw_functions`` uses.
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from sklearn.gaussian_process.kernels import ConstantKernel
 
-from ..kernels import TorchKernel
+from ..kernels import TorchKernel, split_white_noise
 from ._predict import Posterior
 
 
@@ -71,6 +74,31 @@ class Mode:
     def _posterior_fields(self):
         return {}
 
+    def prior_variance(self, Xq, noise=None):
+        """Prior variance at the rows ``Xq``: of the full kernel when ``noise`` is None,
+        else of the signal (no ``WhiteKernel`` terms) plus ``noise``."""
+        if noise is None:
+            return self.kernel.diag(Xq, self.theta, part="full")
+        return self.kernel.diag(Xq, self.theta, part="signal") + noise
+
+    def prior_covariance(self, Xq, noise=None):
+        """Prior covariance of the rows ``Xq``, with ``noise`` as in :meth:`prior_variance`."""
+        if noise is None:
+            return self.kernel(Xq, theta=self.theta, part="full")
+        cov = self.kernel(Xq, theta=self.theta, part="signal")
+        cov.diagonal().add_(noise)
+        return cov
+
+    def theta_tensor(self, theta):
+        """``theta`` (array-like) as a tensor like the fitted one, checked for its length:
+        the argument of :meth:`log_marginal_likelihood`."""
+        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self.theta.dtype,
+                                device=self.theta.device)
+        if self.theta.shape[0] != theta.shape[0]:
+            raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
+                             f"{self.theta.shape[0]} free hyperparameters.")
+        return theta
+
 
 def with_theta(kernel, theta):
     """``kernel`` (scikit-learn, changed in place) set to ``theta``, and its TorchKernel."""
@@ -87,17 +115,23 @@ class PriorMode(Mode):
 
     @classmethod
     def of(cls, kernel, n_features_in, n_targets, device, dtype):
-        """The prior of the scikit-learn ``kernel`` for ``n_features_in`` input features."""
+        """The prior of the scikit-learn ``kernel`` for ``n_features_in`` input features,
+        and the face of its posterior (the latent function: zero mean, unit scale)."""
         torch_kernel = TorchKernel(kernel)
         torch_kernel.check_n_features(n_features_in)
+        signal, _ = split_white_noise(kernel)
+        face = dict(signal_kernel=ConstantKernel(0.0, "fixed") if signal is None else signal,
+                    y_mean=torch.zeros(n_targets, dtype=dtype, device=device),
+                    y_std=torch.ones(n_targets, dtype=dtype, device=device),
+                    n_targets=n_targets, squeeze=n_targets == 1,
+                    n_features_in=n_features_in)
         return cls(kernel=torch_kernel, theta=torch_kernel.theta_tensor(device, dtype),
-                   n_targets=n_targets)
+                   n_targets=n_targets), face
 
-    def predict(self, Xq, prior_diag, prior_cov, *, batch_size, want_var=False,
-                want_cov=False):
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
         mean = Xq.new_zeros(Xq.shape[0], self.n_targets)
-        return (mean, prior_diag(Xq) if want_var else None,
-                prior_cov(Xq) if want_cov else None)
+        return (mean, self.prior_variance(Xq, noise) if want_var else None,
+                self.prior_covariance(Xq, noise) if want_cov else None)
 
 
 __all__ = ["Mode", "PriorMode", "with_theta"]

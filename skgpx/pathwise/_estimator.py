@@ -13,7 +13,6 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
-    check_draw_memory,
     check_magnitude,
     check_memory,
     check_n_samples,
@@ -26,10 +25,10 @@ from .._base import (
 from .._dask import dask_summaries, dask_training_data, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
 from ._engine import PriorMode
-from ._exact_mode import ExactMode
+from ._exact_mode import ExactMode, check_structured_options, random_features_error
 from ._functions import sklearn_layout
 from ._model import clip_negative_variance
-from ._predict import draw_exact, draw_functions
+from ._predict import check_draws_memory, draw_exact, draw_functions
 from ._sparse_mode import SparseMode
 
 
@@ -463,18 +462,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     def _validate_dask(self, X, y):
         """Lazy checks of Dask training data: ``(X, Y of shape (n, T), y_was_1d)``."""
         X, Y, feature_names, y_was_1d = dask_training_data(X, y)
-        if self.inducing_points is None and self.n_inducing is None:
-            raise ValueError(
-                "Fitting on Dask collections needs sparse mode: set n_inducing (say 512) "
-                "or inducing_points. The exact GP needs the n x n kernel matrix in one "
-                "process; call fit on in-memory arrays for it.")
-        if np.ndim(self.alpha) != 0:
-            raise ValueError("Fitting on Dask collections takes a scalar alpha; put "
-                             "per-row noise into a WhiteKernel or fit in memory.")
-        if self.optimizer == "adam" and self.minibatch_size is not None:
-            raise ValueError("minibatch_size (SVGP mini-batches) needs in-memory data; on "
-                             "Dask collections use optimizer='adam' with minibatch_size=None "
-                             "or the default L-BFGS-B, which take two passes per step.")
+        SparseMode.check_dask_options(self)
         self._check_n_targets(Y.shape[1])
         self.n_features_in_ = X.shape[1]  # what validate_data(reset=True) records
         if feature_names is not None:
@@ -502,7 +490,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         cannot run."""
         sparse = self.inducing_points is not None or self.n_inducing is not None
         if self._structured_inputs():
-            self._check_structured_options(sparse)
+            check_structured_options(self, sparse)
         if self.inducing_points is not None and self.n_inducing is not None:
             raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
         if self.minibatch_size is not None and not (sparse and self.optimizer == "adam"):
@@ -515,26 +503,6 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     def _structured_inputs(self):
         """Whether the kernel takes structured inputs (``requires_vector_input`` False)."""
         return self.kernel is not None and not self.kernel.requires_vector_input
-
-    def _check_structured_options(self, sparse):
-        """Structured inputs have the exact GP only: no features, no inducing inputs."""
-        kernel = f"The kernel {self.kernel} takes structured inputs (requires_vector_input=False)"
-        if sparse:
-            raise ValueError(f"{kernel}: sparse mode needs inducing points in a vector "
-                             "space; unset n_inducing and inducing_points.")
-        if self.method == "weight_space":
-            raise ValueError(f"{kernel}: method='weight_space' needs random features; "
-                             "use method='pathwise'.")
-        if self.solver == "cg":
-            raise ValueError(f"{kernel}: it is evaluated by scikit-learn on the objects, "
-                             "so only solver='cholesky' (or 'auto') is supported.")
-
-    def _random_features_error(self, call):
-        return NotImplementedError(
-            f"{call} needs random features, which the kernel {self.kernel} on structured "
-            "inputs (requires_vector_input=False) has no expansion into; draw exactly with "
-            "sample_y(X, n_samples) and prior='exact'."
-        )
 
     def _alpha_vector(self, n):
         alpha = np.asarray(self.alpha, dtype=np.float64)
@@ -561,15 +529,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 squeeze=self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1,
                 n_features_in=getattr(self, "n_features_in_", 1))
         kernel = default_kernel() if self.kernel is None else self.kernel
-        device, dtype = self._current_device_dtype()
-        n_targets = self.n_targets or 1
-        prior = PriorMode.of(kernel, n_features_in, n_targets, device, dtype)
-        signal, _ = split_white_noise(kernel)
-        return prior, dict(
-            signal_kernel=ConstantKernel(0.0, "fixed") if signal is None else signal,
-            y_mean=torch.zeros(n_targets, dtype=dtype, device=device),
-            y_std=torch.ones(n_targets, dtype=dtype, device=device),
-            n_targets=n_targets, squeeze=n_targets == 1, n_features_in=n_features_in)
+        return PriorMode.of(kernel, n_features_in, self.n_targets or 1,
+                            *self._current_device_dtype())
 
     def _extra_noise(self, post):
         """Noise variance (normalised units) added at new inputs by ``predict_noise``."""
@@ -579,18 +540,6 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         if self.predict_noise == "observed" and np.ndim(self.alpha) == 0:
             noise += float(self.alpha)
         return noise
-
-    def _prior_diag(self, post, Xq):
-        if self.predict_noise == "sklearn":
-            return post.kernel.diag(Xq, post.theta, part="full")
-        return post.kernel.diag(Xq, post.theta, part="signal") + self._extra_noise(post)
-
-    def _prior_cov(self, post, Xq):
-        if self.predict_noise == "sklearn":
-            return post.kernel(Xq, theta=post.theta, part="full")
-        cov = post.kernel(Xq, theta=post.theta, part="signal")
-        cov.diagonal().add_(self._extra_noise(post))
-        return cov
 
     def _query(self, X):
         """Validate query rows; ``(mode, face, Xq)`` with the rows copied into a tensor
@@ -639,10 +588,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                                      "predict in chunks of rows with return_std=True")
         y_std, squeeze = face["y_std"], face["squeeze"]
         with torch.no_grad():
-            mean, var, cov = engine.predict(
-                Xq, lambda Xc: self._prior_diag(engine, Xc),
-                lambda Xc: self._prior_cov(engine, Xc), batch_size=self.batch_size,
-                want_var=return_std, want_cov=return_cov)
+            noise = None if self.predict_noise == "sklearn" else self._extra_noise(engine)
+            mean, var, cov = engine.predict(Xq, noise=noise, batch_size=self.batch_size,
+                                            want_var=return_std, want_cov=return_cov)
             y_mean = self._squeeze(squeeze, face["y_mean"] + y_std * mean)
             if return_std:
                 var = clip_negative_variance(var)[:, None] * y_std**2
@@ -661,6 +609,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         return dict(n_features=self.n_features, feature_map=self.feature_map,
                     shared_basis=self.shared_basis, method=self.method,
                     batch_size=self.batch_size, frequency_sampling=self.frequency_sampling)
+
+    def _memory_options(self):
+        return dict(n_features=self.n_features, shared_basis=self.shared_basis,
+                    device=self._current_device_dtype()[0])
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw samples from the GP posterior (the prior before ``fit``) at X.
@@ -699,13 +651,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         n_train = post.centers.shape[0] if fitted else 0
         structured = isinstance(Xq, ObjectRows)
         if structured and self.prior == "rff":
-            raise self._random_features_error("sample_y with prior='rff'")
+            raise random_features_error(self.kernel, "sample_y with prior='rff'")
         exact = self.method == "pathwise" and (
             self.prior == "exact" or structured
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
-        self._check_draw_memory(post, n_samples, n_train, Xq.shape[0], exact,
-                                f"PathwiseGPSampler.sample_y on {Xq.shape[0]} rows")
+        check_draws_memory(post, n_samples, n_train, Xq.shape[0], exact,
+                           f"PathwiseGPSampler.sample_y on {Xq.shape[0]} rows",
+                           **self._memory_options())
         if exact:
             self._check_query_memory(n_train + Xq.shape[0], "sample_y with prior='exact'",
                                      "use prior='rff' (linear in the query rows)")
@@ -748,11 +701,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
         n_samples = check_n_samples(n_samples, minimum=0)
         if self._structured_inputs():
-            raise self._random_features_error("sample_functions")
+            raise random_features_error(self.kernel, "sample_functions")
         engine, face = self._fitted_or_prior(self.n_features_in_)
         post = engine.posterior(**face)
-        self._check_draw_memory(post, n_samples, post.centers.shape[0], 0, False,
-                                "PathwiseGPSampler.sample_functions")
+        check_draws_memory(post, n_samples, post.centers.shape[0], 0, False,
+                           "PathwiseGPSampler.sample_functions", **self._memory_options())
         generator = prediction_generator(self, random_state)
         with torch.no_grad():
             return draw_functions(post, n_samples, generator, **self._draw_options())
@@ -780,38 +733,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return np.float64(self.log_marginal_likelihood_value_)
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
-        theta_array = np.asarray(theta, dtype=np.float64)
-        fitted = self._engine.theta
-        theta = torch.as_tensor(theta_array, dtype=fitted.dtype, device=fitted.device)
-        if fitted.shape[0] != theta.shape[0]:
-            raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
-                             f"{fitted.shape[0]} free hyperparameters.")
-        result = self._engine.log_marginal_likelihood(self, theta, eval_gradient)
+        theta_tensor = self._engine.theta_tensor(theta)
+        result = self._engine.log_marginal_likelihood(self, theta_tensor, eval_gradient)
         if not clone_kernel:
-            self.kernel_.theta = theta_array
+            self.kernel_.theta = np.asarray(theta, dtype=np.float64)
         # numpy scalars, as scikit-learn returns: NumPy 2 promotion keeps float64 arithmetic
         if eval_gradient:
             return np.float64(result[0]), result[1]
         return np.float64(result)
-
-    def _check_draw_memory(self, post, n_samples, n_train, n_query, exact, what):
-        """Refuse draws whose outputs and buffers cannot fit (before any draw): per draw
-        and target, the prior weights (up to 2 ``n_features`` random features), about 4
-        vectors over the centres (prior values, noise, update, solve) and 4 over the query
-        rows (values, noise, the layout copy, the numpy result); the features themselves
-        when each draw has its own basis."""
-        n_random = 0 if exact else 2 * self.n_features
-        per_draw = post.n_targets * (n_random + 4 * n_train + 4 * n_query)
-        if not exact and not self.shared_basis:
-            per_draw += n_random * (post.n_features_in + 1)
-        way_out = "ask for fewer draws (n_samples) per call"
-        if n_query:
-            way_out += (", or call it on chunks of X, or use sample_functions with fewer "
-                        "draws and evaluate its functions on X chunk by chunk")
-        else:
-            way_out += " (draw the functions in several calls), or fewer n_features"
-        check_draw_memory(n_samples, per_draw, what=what, way_out=way_out,
-                          device=self._current_device_dtype()[0])
 
     def _check_query_memory(self, n_rows, what, way_out):
         """Refuse a dense ``n_rows x n_rows`` result that cannot fit (before any work)."""

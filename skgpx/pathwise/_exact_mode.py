@@ -7,6 +7,7 @@ CG on kernel products at fixed hyperparameters (``_exact_solver``), and structur
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -118,15 +119,16 @@ class ExactMode(Mode):
             out["cg_n_iter_"] = int(self.cg.n_iter)
         return out
 
-    def predict(self, Xq, prior_diag, prior_cov, *, batch_size, want_var=False,
-                want_cov=False):
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
         def cross(Xc):
             return self.kernel(Xc, self.X, theta=self.theta, part="signal")
 
         # this mode has the X, L and cg that the exact predictive moments read
-        mean, var = _model.predictive_mean_var(cross, prior_diag, self, self.a, Xq,
-                                               batch_size, want_var)
-        cov = _model.predictive_cov(cross, prior_cov, self, Xq) if want_cov else None
+        mean, var = _model.predictive_mean_var(
+            cross, partial(self.prior_variance, noise=noise), self, self.a, Xq, batch_size,
+            want_var)
+        cov = _model.predictive_cov(cross, partial(self.prior_covariance, noise=noise), self,
+                                    Xq) if want_cov else None
         return mean, var, cov
 
     def _posterior_fields(self):
@@ -144,4 +146,27 @@ class ExactMode(Mode):
                                               eval_gradient)
 
 
-__all__ = ["ExactMode"]
+def check_structured_options(est, sparse):
+    """Structured inputs have the exact GP only: no features, no inducing inputs."""
+    kernel = f"The kernel {est.kernel} takes structured inputs (requires_vector_input=False)"
+    if sparse:
+        raise ValueError(f"{kernel}: sparse mode needs inducing points in a vector "
+                         "space; unset n_inducing and inducing_points.")
+    if est.method == "weight_space":
+        raise ValueError(f"{kernel}: method='weight_space' needs random features; "
+                         "use method='pathwise'.")
+    if est.solver == "cg":
+        raise ValueError(f"{kernel}: it is evaluated by scikit-learn on the objects, "
+                         "so only solver='cholesky' (or 'auto') is supported.")
+
+
+def random_features_error(kernel, call):
+    """The error of a ``call`` that needs random features of a structured-input kernel."""
+    return NotImplementedError(
+        f"{call} needs random features, which the kernel {kernel} on structured "
+        "inputs (requires_vector_input=False) has no expansion into; draw exactly with "
+        "sample_y(X, n_samples) and prior='exact'."
+    )
+
+
+__all__ = ["ExactMode", "check_structured_options", "random_features_error"]

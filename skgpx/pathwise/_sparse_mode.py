@@ -8,6 +8,7 @@ predicts and draws for both; only the ``m x m`` factors of the optimal ``q(u)`` 
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -46,6 +47,23 @@ class SparseMode(Mode):
                      what=f"Sparse mode with {m} inducing points on {n} rows",
                      way_out="use fewer inducing points (n_inducing)", device=device)
         return cls()
+
+    @staticmethod
+    def check_dask_options(est):
+        """Refuses what fits on Dask collections cannot do (``skgpx._dask.DaskRows``
+        serves the bound's sums over rows, with one noise level, and nothing else)."""
+        if est.inducing_points is None and est.n_inducing is None:
+            raise ValueError(
+                "Fitting on Dask collections needs sparse mode: set n_inducing (say 512) "
+                "or inducing_points. The exact GP needs the n x n kernel matrix in one "
+                "process; call fit on in-memory arrays for it.")
+        if np.ndim(est.alpha) != 0:
+            raise ValueError("Fitting on Dask collections takes a scalar alpha; put "
+                             "per-row noise into a WhiteKernel or fit in memory.")
+        if est.optimizer == "adam" and est.minibatch_size is not None:
+            raise ValueError("minibatch_size (SVGP mini-batches) needs in-memory data; on "
+                             "Dask collections use optimizer='adam' with minibatch_size=None "
+                             "or the default L-BFGS-B, which take two passes per step.")
 
     def fit(self, est, kernel, X, Y, noise, rng, history, device, dtype, shift=None):
         """Fit on ``X``, ``Y`` (n, T): numpy arrays with per-row ``noise`` (alpha), or
@@ -97,16 +115,16 @@ class SparseMode(Mode):
         return {"noise_variance_": noise, "inducing_points_": to_numpy(self.factors.Z),
                 "q_mu_": to_numpy(self.factors.q_mu), "q_sqrt_": to_numpy(self.factors.q_sqrt)}
 
-    def predict(self, Xq, prior_diag, prior_cov, *, batch_size, want_var=False,
-                want_cov=False):
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
         factors = self.factors
 
         def cross(Xc):
             return self.kernel(factors.Z, Xc, theta=self.theta, part="signal")
 
-        mean, var = _sparse.predictive_mean_var(factors, cross, prior_diag, Xq, batch_size,
-                                                want_var)
-        cov = _sparse.predictive_cov(factors, cross, prior_cov, Xq) if want_cov else None
+        mean, var = _sparse.predictive_mean_var(
+            factors, cross, partial(self.prior_variance, noise=noise), Xq, batch_size, want_var)
+        cov = _sparse.predictive_cov(factors, cross, partial(self.prior_covariance, noise=noise),
+                                     Xq) if want_cov else None
         return mean, var, cov
 
     def _posterior_fields(self):
