@@ -89,7 +89,7 @@ class Mode:
         cov.diagonal().add_(noise)
         return cov
 
-    def theta_tensor(self, theta):
+    def as_theta(self, theta):
         """``theta`` (array-like) as a tensor like the fitted one, checked for its length:
         the argument of :meth:`log_marginal_likelihood`."""
         theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self.theta.dtype,

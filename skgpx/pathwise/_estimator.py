@@ -733,7 +733,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return np.float64(self.log_marginal_likelihood_value_)
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
-        theta_tensor = self._engine.theta_tensor(theta)
+        theta_tensor = self._engine.as_theta(theta)
         result = self._engine.log_marginal_likelihood(self, theta_tensor, eval_gradient)
         if not clone_kernel:
             self.kernel_.theta = np.asarray(theta, dtype=np.float64)
