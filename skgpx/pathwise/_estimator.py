@@ -1,4 +1,9 @@
-"""PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws."""
+"""PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws.
+
+This module is the scikit-learn face (validation, parameters, fitted attributes, the
+layout of outputs); ``fit`` builds one mode object (:mod:`skgpx.pathwise._engine`) and
+hands it the training data once, and every method after that asks it.
+"""
 
 from numbers import Integral, Real
 
