@@ -15,17 +15,24 @@ differences, and scipy's L-BFGS-B on the bound in the moment parameters.  Tolera
   tolerance (L-BFGS-B's gtol 1e-10 on ~44 parameters): 1e-5 on m and S.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.optimize
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import (RBF, ConstantKernel, Matern, RationalQuadratic,
                                               WhiteKernel)
 
 from skgpx.kernels import TorchKernel, split_white_noise
 from skgpx.pathwise._likelihoods import Bernoulli, Gaussian, Softmax
 from skgpx.pathwise._sparse import Rows, fit_factors, inducing_cholesky, whitening
-from skgpx.pathwise._svgp import WhitenedQ, block_sums, evaluate, marginals
+from skgpx.pathwise._predict import draw_exact
+from skgpx.pathwise._svgp import WhitenedQ, evaluate, marginals
+from skgpx.pathwise._svgp_fit import SVGPMode
+
+from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores
 
 JITTER = 1e-8
 DT = torch.float64
@@ -222,3 +229,126 @@ def test_bernoulli_natural_gradients_reach_the_optimum_monotonically(link, n_lat
         np.testing.assert_allclose(q.mean.numpy(), ref_mean.numpy(), rtol=0, atol=1e-5)
         np.testing.assert_allclose(q.covariance.numpy(), ref_cov.numpy(), rtol=0, atol=1e-5)
         assert abs(elbos[-1] - ref_elbo) < 1e-8 * abs(ref_elbo)
+
+
+# ---------------------------------------------------------------- drivers and mode object
+
+
+def _classification(n=80, m=8, seed=0):
+    X, Y, Z = _data(n=n, m=m, classes=True, seed=seed)
+    return Rows(X, Y, torch.zeros(len(X), dtype=DT)), Z
+
+
+def test_lbfgs_route_gradient_is_the_envelope_gradient():
+    """At each evaluation q is optimal, so the gradient returned is the derivative of
+    F(theta) = max_q ELBO(theta, q): central differences of F (q re-optimised from the
+    prior at each point) agree to 1e-5 of the gradient's norm (F's own error: the inner
+    loop's gap, ~1e-12 here, over the step 1e-4)."""
+    rows, Z = _classification()
+    sk = ConstantKernel(1.0) * RBF(1.0)
+    mode = SVGPMode(sk, Bernoulli("logit"), optimizer="fmin_l_bfgs_b", max_iter=3,
+                    batch_size=16)
+    mode.torch_kernel = TorchKernel(sk)
+    theta0 = mode.torch_kernel.theta_tensor()
+
+    def F(theta):
+        mode.q = WhitenedQ.prior(Z.shape[0], 1, DT, "cpu")
+        mode._optimal_q(rows, torch.tensor(theta), Z)
+        return mode._objective(rows, mode.q, torch.tensor(theta), Z, False).elbo
+
+    F(theta0.numpy())
+    ev = mode._objective(rows, mode.q, theta0, Z, True)
+    fd = _finite_difference(F, theta0.numpy(), h=1e-4)
+    np.testing.assert_allclose(ev.grad_theta.numpy(), fd, rtol=0,
+                               atol=1e-5 * np.linalg.norm(fd))
+
+
+def test_lbfgs_route_fits_and_q_is_optimal():
+    rows, Z = _classification()
+    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("probit"),
+                    optimizer="fmin_l_bfgs_b", max_iter=200, batch_size=16)
+    mode.fit(rows, Z, np.random.RandomState(0))
+    start = mode.history[0]
+    assert mode.elbo > start
+    assert mode.kernel_.theta.shape == (2,) and mode.Z.shape == Z.shape
+    # q is at its optimum: the inner loop stopped once a step gained < INNER_TOL n = 8e-9
+    # nats; the gain is quadratic in the step with curvature >= 1 (the prior's), so one
+    # more step moves q by at most sqrt(8e-9) ~ 1e-4
+    ev = mode._objective(rows, mode.q, mode.theta, mode.Z, False)
+    q1 = mode.q.natural_step(ev.sums, 1.0, 1.0)
+    np.testing.assert_allclose(q1.mean.numpy(), mode.q.mean.numpy(), rtol=0, atol=1e-4)
+    assert abs(ev.elbo - mode.elbo) <= 1e-12 * abs(mode.elbo)
+    # the Dask route gives the same bound and gradient as the rows in memory
+    da = pytest.importorskip("dask.array")
+    from skgpx._dask import DaskRows
+
+    dask_rows = DaskRows(da.from_array(rows.X.numpy(), chunks=(25, 2)),
+                         da.from_array(rows.Y.numpy(), chunks=(25, 1)), 0.0, DT, "cpu")
+    ev_mem = mode._objective(rows, mode.q, mode.theta, mode.Z, True)
+    ev_dask = mode._objective(dask_rows, mode.q, mode.theta, mode.Z, True)
+    assert abs(ev_dask.elbo - ev_mem.elbo) <= 1e-12 * abs(ev_mem.elbo)
+    np.testing.assert_allclose(ev_dask.grad_theta.numpy(), ev_mem.grad_theta.numpy(),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ev_dask.grad_Z.numpy(), ev_mem.grad_Z.numpy(), rtol=1e-10,
+                               atol=1e-12)
+
+
+def test_adam_route_is_seeded_and_warns_at_max_iter():
+    rows, Z = _classification(n=200, m=8)
+    options = dict(optimizer="adam", minibatch_size=50, learning_rate=0.05, natgrad_step=0.5,
+                   batch_size=32)
+    fits = []
+    for _ in range(2):
+        mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), max_iter=3,
+                        tol=None, **options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)  # tol=None: no warning
+            fits.append(mode.fit(rows, Z, np.random.RandomState(5)))
+    assert len(fits[0].history) == 3 and fits[0].n_iter == 3
+    assert fits[0].history == fits[1].history  # same RandomState: same fit
+    np.testing.assert_array_equal(fits[0].q_mu.numpy(), fits[1].q_mu.numpy())
+    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), max_iter=2,
+                    tol=1e-12, **options)
+    with pytest.warns(ConvergenceWarning, match="max_iter=2"):
+        mode.fit(rows, Z, np.random.RandomState(5))
+
+
+def test_predictions_and_posterior_draws():
+    """OvR probabilities are normalised per row; the draws' update reproduces q(f) at new
+    points (exact joint prior draws, 20 000 paths: z-scores as the regressor's oracles)."""
+    X, Y, Z = _data(n=90, m=7, n_latent=3, classes=True, seed=4)
+    rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
+    sk = ConstantKernel(1.0) * RBF(1.0)
+    mode = SVGPMode(sk, Bernoulli("logit"), multi_class="one_vs_rest", optimizer=None,
+                    batch_size=16).fit(rows, Z, np.random.RandomState(0))
+    Xq = torch.tensor(np.random.RandomState(1).uniform(-2, 2, (5, 2)), dtype=DT)
+    proba = mode.predict_proba(Xq)
+    mean, var = mode.latent_mean_and_variance(Xq)
+    p = Bernoulli("logit").predict(mean, var)
+    np.testing.assert_allclose(proba.numpy(), (p / p.sum(1, keepdim=True)).numpy(), rtol=1e-12)
+    post = mode.posterior(shift=torch.zeros(2, dtype=DT), n_features_in=2)
+    draws = draw_exact(post, Xq, 20_000, torch.Generator().manual_seed(0), 1e-10)
+    for c in range(3):
+        L = mode.L
+        A = torch.linalg.solve_triangular(L, mode.torch_kernel(Z, Xq, part="signal"),
+                                          upper=False)
+        cov = (mode.torch_kernel(Xq, part="signal") - A.T @ A
+               + A.T @ mode.q.covariance[c] @ A)
+        mean_z, cov_z, _, _ = moment_z_scores(draws[:, :, c].numpy(), mean[:, c].numpy(),
+                                              cov.numpy())
+        assert mean_z < MEAN_Z_MAX and cov_z < COV_Z_MAX
+        np.testing.assert_allclose(np.diag(cov.numpy()), var[:, c].numpy(), rtol=1e-10)
+
+
+def test_softmax_mode_probabilities_sum_to_one_and_fit_improves():
+    X, Y, Z = _data(n=90, m=7, n_latent=3, classes=True, seed=4)
+    rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
+    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Softmax(32, seed=0),
+                    multi_class="softmax", optimizer="fmin_l_bfgs_b", max_iter=5,
+                    batch_size=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mode.fit(rows, Z, np.random.RandomState(0))
+    assert mode.elbo >= mode.history[0]
+    proba = mode.predict_proba(X[:10])
+    np.testing.assert_allclose(proba.sum(1).numpy(), 1.0, rtol=1e-12)
