@@ -8,7 +8,8 @@ Interface (the exact-mode Laplace object of ``_laplace`` has the same shape)::
     mode.predict_proba(Xq)              # -> (n*, C), rows sum to one
     mode.posterior(shift, n_features_in)  # -> SVGPPosterior for _predict.draw_functions
     mode.elbo, mode.history, mode.n_iter, mode.theta, mode.kernel_, mode.Z,
-    mode.q_mu, mode.q_sqrt, mode.jitter_
+    mode.q_mu, mode.q_sqrt, mode.jitter_, mode.epoch_end_seconds ("adam": wall-clock
+    seconds from the start of training to the end of each epoch)
 
 Labels are encoded per latent by the caller: 0/1 in one column (binary), one 0/1 column
 per class (one-vs-rest: ``L = C`` Bernoulli latents sharing Z and the kernel), or one-hot
@@ -41,6 +42,7 @@ Routes (``optimizer``):
 """
 
 import math
+import time
 import warnings
 
 import numpy as np
@@ -165,7 +167,7 @@ class SVGPMode:
         Z = Z0.detach().clone()
         n_latent = rows.Y.shape[1]
         self.q = WhitenedQ.prior(Z.shape[0], n_latent, dtype, device)
-        self.history, self.n_iter = [], 0
+        self.history, self.n_iter, self.epoch_end_seconds = [], 0, []
         with progress_bar(self.verbose, "PathwiseGPClassifier fit (sparse)",
                           total=self.max_iter if self.optimizer == "adam" else None) as bar:
             self._bar = bar
@@ -213,6 +215,7 @@ class SVGPMode:
             q_raw = positive_tril_raw(root).clone().requires_grad_(True)
             q_opt = torch.optim.Adam([q_mean, q_raw], lr=self.learning_rate)
         step, converged, previous = 0, False, None
+        start_time = time.perf_counter()
         for epoch in range(self.max_iter):
             order = torch.as_tensor(rng.permutation(n), device=X.device)
             estimates = []
@@ -254,6 +257,7 @@ class SVGPMode:
             mean = float(np.mean(estimates))
             se = float(np.std(estimates) / math.sqrt(len(estimates)))
             self.history.append(mean)
+            self.epoch_end_seconds.append(time.perf_counter() - start_time)
             self.n_iter = epoch + 1
             self._bar.update(1)
             self._bar.set_postfix(elbo=f"{mean:.6g}")
