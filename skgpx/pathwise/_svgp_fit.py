@@ -26,10 +26,12 @@ Routes (``optimizer``):
   large non-conjugate steps from overshooting while Adam moves the hyperparameters (the
   schedule Salimbeni et al. use).  ``max_iter`` counts epochs; ``history`` holds the mean
   of each epoch's bound estimates.  **Stopping rule:** after epoch ``e`` the fit stops when
-  the epoch mean improved by at most ``tol * |mean_e| + 2 se_e``, where ``se_e`` is the
-  standard error of the difference of two epoch means (each ``sd(batch estimates) /
-  sqrt(batches)``): the bound no longer rises beyond its relative tolerance and its
-  mini-batch noise.  ``tol=None`` runs ``max_iter`` epochs.
+  the epoch mean rose by at most ``tol * |mean_e| + 2 se`` over the last
+  :data:`PLATEAU_WINDOW` epochs, where ``se`` is the standard error of the difference of
+  the two epoch means (each ``sd(batch estimates) / sqrt(batches)``): the bound no longer
+  rises beyond its relative tolerance and its mini-batch noise.  Comparing across a window
+  rather than with the previous epoch keeps a slow but steady rise, and an epoch whose
+  noise hides it, from stopping the fit.  ``tol=None`` runs ``max_iter`` epochs.
 * ``"fmin_l_bfgs_b"``: full-data passes through ``rows.map_sum`` (so Dask rows work).  At
   each L-BFGS-B evaluation ``q`` is brought to its optimum by full-batch natural steps
   (``gamma = 1``, halved while a step lowers the bound, warm-started from the previous
@@ -61,6 +63,8 @@ from ._svgp import WhitenedQ, evaluate, marginals
 # the warm-up of the natural step size (module docstring)
 NATGRAD_WARMUP = 5
 GAMMA_START = 1e-4
+# the "adam" route's stopping rule compares epoch means this many epochs apart
+PLATEAU_WINDOW = 3
 # the inner natural-gradient loop of the L-BFGS-B route stops once a step gains less than
 # this per row: the bound's gap is then ~1e-10 per row, and the gradient's error (first
 # order in the distance to the optimal q) ~1e-5 of its size, below L-BFGS-B's tolerance
@@ -214,7 +218,7 @@ class SVGPMode:
             root = torch.linalg.cholesky(self.q.covariance)
             q_raw = positive_tril_raw(root).clone().requires_grad_(True)
             q_opt = torch.optim.Adam([q_mean, q_raw], lr=self.learning_rate)
-        step, converged, previous = 0, False, None
+        step, converged, epochs = 0, False, []
         start_time = time.perf_counter()
         for epoch in range(self.max_iter):
             order = torch.as_tensor(rng.permutation(n), device=X.device)
@@ -263,12 +267,13 @@ class SVGPMode:
             self._bar.set_postfix(elbo=f"{mean:.6g}")
             if self.verbose >= 2:
                 self._bar.write(f"epoch {epoch + 1}: mean bound {mean:.6g} (se {se:.3g})")
-            if self.tol is not None and previous is not None:
-                noise = 2.0 * math.sqrt(se * se + previous[1] ** 2)
-                if mean - previous[0] <= self.tol * abs(mean) + noise:
+            epochs.append((mean, se))
+            if self.tol is not None and len(epochs) > PLATEAU_WINDOW:
+                before, se_before = epochs[-1 - PLATEAU_WINDOW]
+                noise = 2.0 * math.sqrt(se * se + se_before * se_before)
+                if mean - before <= self.tol * abs(mean) + noise:
                     converged = True
                     break
-            previous = (mean, se)
         if self.tol is not None and not converged:
             warnings.warn(
                 f"The sparse variational fit stopped at max_iter={self.max_iter} epochs "
