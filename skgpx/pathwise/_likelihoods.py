@@ -110,6 +110,8 @@ class Bernoulli:
         ``Q = 40`` gives 2e-9 / 1e-8 for ``v = 4`` and 2e-5 / 3e-4 for ``v = 25``.
     """
 
+    shift_invariant = False
+
     def __init__(self, link="logit", n_quadrature=20):
         if link not in LINKS:
             raise ValueError(f"link={link!r} must be one of {LINKS}.")
@@ -184,6 +186,9 @@ class Softmax:
         Seeds the CPU generator of the draws.
     """
 
+    # log softmax(f + t 1) = log softmax(f): the bound can centre the latents' means
+    shift_invariant = True
+
     def __init__(self, n_mc_samples=64, seed=0):
         half = max(1, (int(n_mc_samples) + 1) // 2)
         self.n_mc_samples, self.seed = 2 * half, int(seed)
@@ -227,6 +232,8 @@ class Softmax:
 
 class Gaussian:
     """``y ~ N(f, noise)``: ``E``, ``g = (y - mu) / noise``, ``h = -1 / (2 noise)`` exactly."""
+
+    shift_invariant = False
 
     def __init__(self, noise):
         self.noise = float(noise)

@@ -147,6 +147,18 @@ class WhitenedQ:
         precision = 0.5 * (precision + precision.transpose(1, 2))
         return WhitenedQ(precision, (1.0 - gamma) * self.natural_mean + gamma * target_natural)
 
+    def centred(self):
+        """``q`` with the means' average over latents removed (covariances kept).
+
+        For a likelihood that sees only differences of the latents (the softmax), ``E``
+        does not change when every ``m_c`` moves by the same vector, and the KL is least
+        when ``sum_c m_c = 0``: this is the bound's exact maximum along that direction,
+        which natural steps of a ``q`` factorised over latents approach only at the
+        prior's slow rate (the likelihood's curvature there is zero).
+        """
+        mean = self.mean - self.mean.mean(1, keepdim=True)
+        return WhitenedQ(self.precision, (self.precision @ mean.T[..., None])[..., 0].T)
+
     def to(self, device):
         return WhitenedQ(self.precision.to(device), self.natural_mean.to(device))
 

@@ -70,6 +70,8 @@ PLATEAU_WINDOW = 3
 # order in the distance to the optimal q) ~1e-5 of its size, below L-BFGS-B's tolerance
 INNER_TOL = 1e-10
 INNER_MAX_ITER = 100
+# ... or once a step loses less than this per row (the dither of a Monte-Carlo bound)
+DITHER_TOL = 1e-6
 
 
 def natgrad_schedule(step, natgrad_step, warmup=NATGRAD_WARMUP):
@@ -248,7 +250,7 @@ class SVGPMode:
                     self.q = MomentQ(q_mean.detach(), q_raw.detach())
                 else:
                     gamma = natgrad_schedule(step, self.natgrad_step)
-                    self.q = self.q.natural_step(ev.sums, ev.scale, gamma)
+                    self.q = self._step(ev.sums, ev.scale, gamma)
                 if opt is not None:
                     opt.zero_grad()
                     theta.grad = -ev.grad_theta
@@ -283,22 +285,31 @@ class SVGPMode:
             self.q = WhitenedQ.from_moments(self.q.mean, self.q.covariance)
         return theta.detach(), Z.detach()
 
+    def _step(self, sums, scale, gamma):
+        """A natural step, centred over latents for a shift-invariant likelihood."""
+        q = self.q.natural_step(sums, scale, gamma)
+        return q.centred() if self.likelihood.shift_invariant else q
+
     def _optimal_q(self, rows, theta, Z):
         """Full-batch natural steps from the current ``q`` to the optimum at (theta, Z)."""
         ev = self._objective(rows, self.q, theta, Z, False)
         n, gamma = ev.sums.n, 1.0
         for _ in range(INNER_MAX_ITER):
-            q_new = self.q.natural_step(ev.sums, 1.0, gamma)
+            q_new = self._step(ev.sums, 1.0, gamma)
             ev_new = self._objective(rows, q_new, theta, Z, False)
-            if not ev_new.elbo >= ev.elbo:  # a non-conjugate step overshot: shorter
+            gain = ev_new.elbo - ev.elbo
+            if gain >= 0:
+                self.q, ev, gamma = q_new, ev_new, min(1.0, 2.0 * gamma)
+            if abs(gain) <= INNER_TOL * n:  # converged
+                break
+            if gain < 0 and -gain <= DITHER_TOL * n:
+                # the floor of a Monte-Carlo bound (softmax): Price's dE/dv is not the
+                # derivative of the estimate, and steps end in a dither of about this size
+                break
+            if gain < 0:  # a non-conjugate step overshot: shorter
                 gamma *= 0.5
                 if gamma < 1e-6:
                     break
-                continue
-            gain = ev_new.elbo - ev.elbo
-            self.q, ev, gamma = q_new, ev_new, min(1.0, 2.0 * gamma)
-            if gain <= INNER_TOL * n:
-                break
         return n
 
     def _fit_full(self, rows, theta, Z):
@@ -312,8 +323,13 @@ class SVGPMode:
             self.n_iter = 1
             return theta, Z
 
+        best = {"elbo": -math.inf, "q": self.q}
+
         def value_and_grad(x, eval_gradient=True):
             theta_x, Z_x = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
+            # warm start from the best point so far: a line search's next trial lies
+            # between it and the last trial, often closer to it
+            self.q = best["q"]
             try:
                 self._optimal_q(rows, theta_x, Z_x)
                 ev = self._objective(rows, self.q, theta_x, Z_x, eval_gradient)
@@ -321,6 +337,8 @@ class SVGPMode:
                 # a trial point beyond what float arithmetic factorises: the line search
                 # steps back from +inf
                 return (math.inf, np.zeros_like(x)) if eval_gradient else math.inf
+            if ev.elbo > best["elbo"]:
+                best.update(elbo=ev.elbo, q=self.q)
             self.history.append(ev.elbo)
             self._bar.update(1)
             self._bar.set_postfix(elbo=f"{ev.elbo:.6g}")
@@ -338,6 +356,7 @@ class SVGPMode:
             x, _ = lbfgs(value_and_grad, x0, packing.bounds, self.max_iter,
                          on_step=lambda: None, n_rows=n)
         theta, Z = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
+        self.q = best["q"]
         self._optimal_q(rows, theta, Z)  # q at the returned point (not the last trial)
         self.elbo = self._objective(rows, self.q, theta, Z, False).elbo
         self.n_iter = len(self.history)

@@ -372,3 +372,22 @@ def test_adam_route_stopping_rule_ablation_and_silence(capfd):
     mode.verbose = 1
     mode.fit(rows, Z, np.random.RandomState(0))
     assert "PathwiseGPClassifier" in capfd.readouterr().err
+
+
+def test_softmax_centring_keeps_the_likelihood_term_and_lowers_the_kl():
+    """log softmax sees only differences of the latents: moving every m_c by one vector
+    leaves sum_i E_i unchanged (same draws, exactly up to rounding) and the KL is least at
+    sum_c m_c = 0, so centring is the bound's maximum along that direction."""
+    X, Y, Z = _data(n=50, m=6, n_latent=3, classes=True, seed=2)
+    rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
+    tk = TorchKernel(KERNELS["rbf"])
+    q = _random_q(Z.shape[0], 3, seed=4)
+    lik = Softmax(16, seed=1)
+    ev = evaluate(tk, tk.theta_tensor(), Z, q, rows, lik, jitter=JITTER, batch_size=16)
+    qc = q.centred()
+    evc = evaluate(tk, tk.theta_tensor(), Z, qc, rows, lik, jitter=JITTER, batch_size=16)
+    np.testing.assert_allclose(qc.mean.sum(1).numpy(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(qc.covariance.numpy(), q.covariance.numpy(), atol=1e-12)
+    assert abs(float(evc.sums.E) - float(ev.sums.E)) <= 1e-10 * abs(float(ev.sums.E))
+    shift = float((q.mean.mean(1) ** 2).sum()) * 3 / 2  # KL drops by C |mean of m_c|^2 / 2
+    assert abs((evc.elbo - ev.elbo) - shift) <= 1e-8 * shift
