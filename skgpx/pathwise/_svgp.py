@@ -1,5 +1,8 @@
 r"""Whitened sparse variational GP (SVGP) for classification: the bound, its gradients and
-the natural-gradient step on ``q``.
+the natural-gradient step on ``q``.  The training drivers and the mode object that the
+estimator calls (``SVGPMode``: fit once, then ``latent_mean_and_variance``,
+``predict_proba``, ``posterior``) are in ``_svgp_fit``, whose docstring states that
+interface.
 
 Model (Hensman, Matthews and Ghahramani, AISTATS 2015): ``L`` latent functions
 ``f_c ~ GP(0, k)`` share the kernel and the inducing inputs ``Z`` (m x d).  With
