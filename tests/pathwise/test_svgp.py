@@ -22,8 +22,8 @@ import pytest
 import scipy.optimize
 import torch
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.gaussian_process.kernels import (RBF, ConstantKernel, Matern, RationalQuadratic,
-                                              WhiteKernel)
+from sklearn.gaussian_process.kernels import (RBF, ConstantKernel, DotProduct, Matern,
+                                              RationalQuadratic, WhiteKernel)
 
 from skgpx.kernels import TorchKernel, split_white_noise
 from skgpx.pathwise._likelihoods import Bernoulli, Gaussian, Softmax
@@ -391,3 +391,18 @@ def test_softmax_centring_keeps_the_likelihood_term_and_lowers_the_kl():
     assert abs(float(evc.sums.E) - float(ev.sums.E)) <= 1e-10 * abs(float(ev.sums.E))
     shift = float((q.mean.mean(1) ** 2).sum()) * 3 / 2  # KL drops by C |mean of m_c|^2 / 2
     assert abs((evc.elbo - ev.elbo) - shift) <= 1e-8 * shift
+
+
+def test_adam_route_epoch_value_is_the_full_bound_when_nothing_moves():
+    """With learning_rate=0 and natgrad_step=0 nothing moves, and an epoch's value (the
+    row-weighted mean of its batch estimates, batches of 50, 50 and 20 rows) is the bound
+    on all rows exactly; an unweighted mean would be off by the last batch's weight."""
+    rows, Z = _classification(n=120, m=6)
+    # q stays at the prior: a DotProduct term makes k(x, x), hence E_i, differ between rows
+    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0) + DotProduct(1.0), Bernoulli("logit"),
+                    optimizer="adam",
+                    max_iter=2, tol=None, minibatch_size=50, learning_rate=0.0,
+                    natgrad_step=0.0, batch_size=32)
+    mode.fit(rows, Z, np.random.RandomState(0))
+    assert mode.history[0] == pytest.approx(mode.elbo, rel=1e-12)
+    assert mode.history[1] == pytest.approx(mode.elbo, rel=1e-12)
