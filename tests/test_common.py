@@ -128,6 +128,11 @@ def _gpc(**params):
         "n_features": 64, "random_state": 0, "device": "cpu", **params})
 
 
+def _gpc_sparse(**params):
+    # the sparse variational mode on the same blobs: Z learnt, full-data passes
+    return _gpc(**{"n_inducing": 6, "max_iter": 15, "n_restarts_optimizer": 0, **params})
+
+
 def _gpc_extra(est, Xq):
     return {"sample_functions": est.sample_functions(3, random_state=1)(Xq),
             "latent_mean_and_variance": np.stack(est._latent(est._query(Xq))),
@@ -178,6 +183,13 @@ CASES = {
         # the restarts start elsewhere (objective_history_) but reach the same optima
         seed_moves_predictions=False,
         # float32 compares the Laplace algebra, not two optimiser runs
+        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed"),
+                             optimizer=None),
+        extra=_gpc_extra),
+    "PathwiseGPClassifier-sparse": Case(
+        make=_gpc_sparse, data=_blob_data, seeded=True,
+        # the seed picks the k-means++ inducing inputs, which moves the fitted model
+        seed_moves_predictions=True,
         float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed"),
                              optimizer=None),
         extra=_gpc_extra),

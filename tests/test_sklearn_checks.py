@@ -1,7 +1,7 @@
 """The scikit-learn estimator contract: every check, no expected failures, no skips."""
 
 import pytest
-from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skgpx import (
@@ -42,6 +42,13 @@ CHECKED = [
                          random_state=0),
     PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=1.5), multi_class="one_vs_one",
                          link="probit"),
+    # its sparse variational mode: one-vs-rest on full-data passes (L-BFGS-B), and the
+    # softmax on mini-batches (natural gradients and Adam)
+    PathwiseGPClassifier(ConstantKernel(1.0) * RBF(1.0), n_inducing=8, max_iter=10,
+                         random_state=0),
+    PathwiseGPClassifier(ConstantKernel(1.0) * RBF(1.0), n_inducing=8, multi_class="softmax",
+                         optimizer="adam", max_iter=15, minibatch_size=64, learning_rate=0.05,
+                         tol=None, random_state=0),
     DeepKernelProcessRegressor(),
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),

@@ -14,6 +14,7 @@ from .._base import (
     draw_seed, encode_classes, rows_per_chunk, to_numpy, to_probabilities,
 )
 from ..kernels import ObjectRows, TorchKernel, split_white_noise
+from ._classifier_sparse import check_sparse_options, fit_sparse, is_sparse, sparse_bound
 from ._laplace import LINKS, latent_moments, positive_probability
 from ._laplace_draws import LaplaceDrawsMixin
 from ._laplace_fit import LaplaceFitMixin, LaplaceProblems
@@ -223,16 +224,13 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
     def _check_options(self):
         if isinstance(self.kernel, CompoundKernel):
             raise ValueError("kernel cannot be a CompoundKernel")
-        sparse = self.n_inducing is not None or self.inducing_points is not None
+        sparse = is_sparse(self)
         if sparse:
-            raise NotImplementedError(
-                "The sparse mode (n_inducing or inducing_points set) of PathwiseGPClassifier "
-                "lands with the SVGP engine; unset n_inducing and inducing_points for the "
-                "exact Laplace mode.")
-        if self.multi_class == "softmax":
+            check_sparse_options(self, self._structured())
+        if self.multi_class == "softmax" and not sparse:
             raise ValueError("multi_class='softmax' needs the sparse mode (n_inducing=256, "
                              "say); the exact mode offers 'one_vs_rest' and 'one_vs_one'.")
-        if self.optimizer == "adam":
+        if self.optimizer == "adam" and not sparse:
             raise ValueError("optimizer='adam' belongs to the sparse mode (n_inducing); the "
                              "exact mode takes 'fmin_l_bfgs_b', a callable or None.")
         if self.feature_map == "sincos" and self.n_features % 2:
@@ -284,6 +282,9 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         torch_kernel = TorchKernel(kernel)
         if not structured:
             torch_kernel.check_n_features(X.shape[1])
+        if is_sparse(self):
+            return self._fit_sparse(kernel, X, classes, codes, device, dtype)
+        self._svgp = None
         groups = self._problem_groups(codes, len(classes))
         self._check_fit_memory(groups, len(codes), dtype, device)
         X_t = (ObjectRows.of(np.copy(X), dtype, device) if structured
@@ -332,6 +333,27 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         self.base_estimator_ = self._views()
         return self
 
+    def _fit_sparse(self, kernel, X, classes, codes, device, dtype):
+        rng = check_random_state(self.random_state)
+        mode = fit_sparse(self, kernel, X, codes, len(classes), rng, device, dtype)
+        self.classes_, self.n_classes_ = classes, len(classes)
+        self.X_train_ = np.copy(X) if self.copy_X_train else X
+        self.kernel_ = mode.kernel_
+        self._kernels = [mode.kernel_]
+        self.log_marginal_likelihood_value_ = np.float64(mode.elbo)
+        self.objective_history_ = [-float(v) for v in mode.history]
+        self.n_iter_ = max(1, int(mode.n_iter))
+        self.inducing_points_ = to_numpy(mode.Z)
+        self.q_mu_ = to_numpy(mode.q_mu)
+        self.q_sqrt_ = to_numpy(mode.q_sqrt)
+        self.jitter_ = float(mode.jitter_)
+        self.device_, self.dtype_ = device, self.dtype
+        self._svgp, self._codes = mode, codes
+        self._torch_kernel, self._thetas = mode.torch_kernel, mode.theta[None, :]
+        self._shift = self._as_tensor(X, device, dtype).mean(0)
+        self._prediction_seed = draw_seed(rng)
+        return self
+
     def _problem_groups(self, codes, n_classes):
         """Binary problems as ``(rows, [labels...])`` groups sharing their rows."""
         if n_classes == 2:
@@ -370,6 +392,12 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
                      for k, pair in enumerate(pairs)]
         return LaplaceEnsembleView(self.multi_class, views, self.classes_)
 
+    def _posteriors(self):
+        """The Gaussian posteriors of the latent functions, for the draws."""
+        if self._svgp is not None:
+            return [self._svgp.posterior(self._shift, self.n_features_in_)]
+        return super()._posteriors()
+
     # ------------------------------------------------------------ prediction
 
     def _query(self, X):
@@ -386,6 +414,11 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         return to_numpy(mean), to_numpy(var)
 
     def _latent_torch(self, Xq, problems=None):
+        if self._svgp is not None:
+            with torch.no_grad():
+                mean, var = self._svgp.latent_mean_and_variance(Xq)
+            keep = slice(None) if problems is None else list(problems)
+            return mean.T[keep], var.T[keep]
         means, variances, offset = [], [], 0
         for X_g, Y_g, mode in self._groups:
             members = [c for c in range(offset, offset + Y_g.shape[0])
@@ -437,6 +470,9 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             AttributeError (the method does not exist there).
         """
         check_is_fitted(self)
+        if self._svgp is not None:
+            with torch.no_grad():
+                return to_probabilities(self._svgp.predict_proba(self._query(X)))
         p = self._positive_probability(self._query(X))
         if self.n_classes_ == 2:
             return np.stack([1.0 - p[0], p[0]], axis=1)
@@ -528,6 +564,11 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=np.float64)
         n_problems, n_dims = len(self._kernels), self._kernels[0].n_dims
+        if self._svgp is not None:  # the bound, q(u) at its optimum for theta (Z fitted)
+            result = sparse_bound(self, theta, eval_gradient)
+            if not clone_kernel:
+                self.kernel_.theta = theta
+            return result
         if n_problems == 1:
             value, grad = self._problem_lml(0, theta, eval_gradient)
             thetas = [theta]

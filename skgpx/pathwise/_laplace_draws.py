@@ -152,7 +152,7 @@ class LaplaceDrawsMixin:
                 f"sample_functions needs random features, which the kernel {self.kernel} on "
                 "structured inputs (requires_vector_input=False) has no expansion into.")
         posts = self._posteriors()
-        n_train = max(p.X.shape[0] for p in posts)
+        n_train = max(p.centers.shape[0] for p in posts)
         check_draw_memory(n_samples, len(posts) * (2 * self.n_features + 4 * n_train),
                           what="PathwiseGPClassifier.sample_functions",
                           way_out="ask for fewer draws (n_samples) per call",
@@ -185,10 +185,12 @@ class LaplaceDrawsMixin:
         functions = self.sample_functions(n_samples, random_state)
         f = functions(Xq)  # (m, S) or (m, C, S), torch
         f = f[:, None, :] if f.dim() == 2 else f
-        p = torch.sigmoid(f) if self.link == "logit" else torch.special.ndtr(f)
+        softmax = self._svgp is not None and self._svgp.multi_class == "softmax"
+        p = (torch.softmax(f, dim=1) if softmax else torch.sigmoid(f) if self.link == "logit"
+             else torch.special.ndtr(f))
         if self.n_classes_ == 2:
             p = torch.cat([1.0 - p, p], dim=1)
-        else:
+        elif not softmax:  # one-vs-rest, normalised as predict_proba
             p = p / p.sum(1, keepdim=True)
         return to_numpy(p)
 

@@ -263,7 +263,9 @@ def test_binary_sample_y_layout_and_probit_link():
 @pytest.mark.parametrize("params, error, match", [
     (dict(multi_class="softmax"), ValueError, "needs the sparse mode"),
     (dict(optimizer="adam"), ValueError, "belongs to the sparse mode"),
-    (dict(n_inducing=16), NotImplementedError, "lands with the SVGP engine"),
+    (dict(n_inducing=16, multi_class="one_vs_one"), ValueError, "exact-mode option"),
+    (dict(n_inducing=16, inducing_points=np.zeros((4, 1))), ValueError, "at most one"),
+    (dict(n_inducing=16, warm_start=True), ValueError, "exact-mode option"),
     (dict(kernel=CompoundKernel([RBF()])), ValueError, "kernel cannot be a CompoundKernel"),
     (dict(n_features=3), ValueError, "must be even"),
 ])
