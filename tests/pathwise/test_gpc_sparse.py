@@ -57,18 +57,24 @@ def test_latent_moments_and_probabilities_follow_the_fitted_q(binary):
                                     epsabs=1e-13)[0] / np.sqrt(2 * np.pi * var)
 
     expected = np.array([averaged(a, b) for a, b in zip(m, v)])
-    np.testing.assert_allclose(binary.predict_proba(XQ)[:, 1], expected, rtol=0, atol=1e-8)
+    # Bernoulli.predict: 40-point Gauss-Hermite or the error-function mixture, < 1e-4 off
+    np.testing.assert_allclose(binary.predict_proba(XQ)[:, 1], expected, rtol=0, atol=1e-4)
 
 
 def test_bound_at_theta_is_the_fitted_value_and_its_gradient_is_exact(binary):
-    theta = binary.kernel_.theta
-    value, grad = binary.log_marginal_likelihood(theta, eval_gradient=True)
+    value = binary.log_marginal_likelihood(binary.kernel_.theta)
     assert abs(value - binary.log_marginal_likelihood_value_) <= 1e-9 * abs(value)
+    # away from the optimum (the fitted q held): the gradient is the derivative of the
+    # value up to the Gauss-Hermite rule's error where the marginal variance is below
+    # WIDE_VARIANCE (under 1e-6 per row, 120 rows); wider marginals are summed exactly
+    theta = binary.kernel_.theta + np.array([0.7, -0.4])
+    _, grad = binary.log_marginal_likelihood(theta, eval_gradient=True)
     h = 1e-5
     fd = [(binary.log_marginal_likelihood(theta + h * e)
            - binary.log_marginal_likelihood(theta - h * e)) / (2 * h)
           for e in np.eye(len(theta))]
-    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+    assert np.abs(grad).min() > 0.1
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-4)
     # the bound lies below what it bounds and L-BFGS-B moved uphill from the start
     assert binary.log_marginal_likelihood(KERNEL.theta) < value
 
