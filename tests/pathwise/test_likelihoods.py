@@ -236,4 +236,7 @@ def test_logit_expectation_is_exact_and_consistent_for_wide_marginals(var):
         d_mu = (value(mu[i] + step, var) - value(mu[i] - step, var)) / (2 * step)
         d_var = (value(mu[i], var * (1 + step)) - value(mu[i], var * (1 - step))) / (
             2 * step * var)
-        assert abs(d_mu - float(g[i, 0])) < 1e-7 and abs(d_var - float(h[i, 0])) < 1e-7
+        # below WIDE_VARIANCE h is Price's E[log p'']/2, which the rule's value matches
+        # only to its own error
+        tol = 1e-6 if var <= 4.0 else 1e-7
+        assert abs(d_mu - float(g[i, 0])) < tol and abs(d_var - float(h[i, 0])) < tol
