@@ -104,7 +104,7 @@ class SolveCounter:
 
     def __init__(self, est):
         self.n_iter = None
-        solver = getattr(est, "_cg", None)
+        solver = getattr(getattr(est, "_engine", None), "cg", None)
         if solver is None or not hasattr(solver, "solve"):
             return
         original = solver.solve
@@ -373,7 +373,7 @@ def _switch_row(n, order, args, Xs):
                                        args.switch_repeats, args.device)
         row[solver] = {"fit": fit, "predict_std": predict, "draws": draws}
         if solver == "cg":
-            operator = est._cg.operator()  # private: diagnostics only
+            operator = est._engine.cg.operator()  # private: diagnostics only
             row["cg_n_iter"] = int(est.cg_n_iter_)
             row["per_product"] = seconds_per_product(operator, 1)
     return row

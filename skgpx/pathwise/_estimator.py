@@ -1,4 +1,9 @@
-"""PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws."""
+"""PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws.
+
+This module is the scikit-learn face (validation, parameters, fitted attributes, the
+layout of outputs); ``fit`` builds one mode object (:mod:`skgpx.pathwise._engine`) and
+hands it the training data once, and every method after that asks it.
+"""
 
 from numbers import Integral, Real
 
@@ -6,51 +11,30 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin, clone
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
-    check_draw_memory,
     check_magnitude,
     check_memory,
     check_n_samples,
     column_standardisation,
     draw_seed,
     prediction_generator,
-    rows_per_chunk,
     safe_scale,
     to_numpy,
 )
-from .._dask import DaskRows, dask_summaries, dask_training_data, is_dask_collection
+from .._dask import dask_summaries, dask_training_data, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
-from ..linalg import cholesky_solve, jittered_cholesky
-from . import _sparse
-from ._exact_solver import (
-    FIT_CHOLESKY_MAX_N,
-    cg_fit_solve,
-    check_cholesky_cost,
-    resolve_solver,
-)
-from ._model import (
-    clip_negative_variance,
-    lml_from_factor,
-    log_marginal_likelihood,
-    predictive_cov,
-    predictive_mean_var,
-)
+from ._engine import PriorMode
+from ._exact_mode import ExactMode, check_structured_options, random_features_error
 from ._functions import sklearn_layout
-from ._solver import optimize_exact, optimize_sparse
-from ._predict import Posterior, draw_exact, draw_functions
-from ._sparse import (
-    Rows,
-    check_sparse_noise,
-    elbo_value_and_grad,
-    fit_factors,
-    initial_inducing_points,
-)
+from ._model import clip_negative_variance
+from ._predict import check_draws_memory, draw_exact, draw_functions
+from ._sparse_mode import SparseMode
 
 
 class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -419,191 +403,84 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         """
         self._validate_params()
         structured = self._structured_inputs()
-        if (is_dask_collection(X) or is_dask_collection(y)) and not structured:
-            return self._fit_dask(X, y)
-        if structured:  # as scikit-learn: objects (strings, sequences) go to the kernel as is
+        dask = (is_dask_collection(X) or is_dask_collection(y)) and not structured
+        if dask:  # the data stay on the workers (see skgpx._dask.DaskRows)
+            X, y, y_was_1d = self._validate_dask(X, y)
+        elif structured:  # as scikit-learn: objects (strings, sequences) go to the kernel as is
             X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                                  ensure_2d=False, dtype=None)
         else:
             X, y = validate_data(self, X, y, multi_output=True, y_numeric=True,
                                  dtype=np.float64)
         device, dtype = self._fit_device_dtype()
-        if not structured:
-            check_magnitude(X, "X", dtype)
-        check_magnitude(y, "y", dtype)
-        n = X.shape[0]
+        if not dask:  # Dask data: checked on the workers by dask_summaries below
+            if not structured:
+                check_magnitude(X, "X", dtype)
+            check_magnitude(y, "y", dtype)
+        n, d = X.shape[0], 1 if structured else X.shape[1]
         kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
-        self._check_options(kernel, 1 if structured else X.shape[1])
-        alpha = self._alpha_vector(n)
+        self._check_options(kernel, d)
+        alpha = float(self.alpha) if dask else self._alpha_vector(n)
         n_targets = y.shape[1] if y.ndim > 1 else 1
-        if self.n_targets is not None and n_targets != self.n_targets:
-            raise ValueError(
-                "The number of targets seen in `y` is different from the parameter "
-                f"`n_targets`. Got {n_targets} != {self.n_targets}."
-            )
-        mode = self._mode(kernel, (n, 1) if structured else X.shape, device)
-        if self.normalize_y:
+        self._check_n_targets(n_targets)
+        engine = self._plan(kernel, n, d, device)
+        x_mean = None
+        if dask:
+            x_mean, y_mean, y_std = dask_summaries(X, y, dtype)
+            if self.normalize_y:
+                y_std = safe_scale(y_std)  # as column_standardisation does in memory
+                y = (y - y_mean) / y_std
+        elif self.normalize_y:
             y_mean, y_std = column_standardisation(y.reshape(n, n_targets))
             y = (y - y_mean.reshape(y.shape[1:])) / y_std.reshape(y.shape[1:])
-        else:
+        if not self.normalize_y:
             y_mean, y_std = np.zeros(n_targets), np.ones(n_targets)
 
         rng = check_random_state(self.random_state)
-        Z = self._initial_inducing(X, rng) if mode == "sparse" else None
-        tensor = lambda a: self._as_tensor(a, device, dtype)  # noqa: E731
-        Y_t, alpha_t = tensor(y.reshape(n, n_targets)), tensor(alpha)
-        X_t = ObjectRows.of(np.copy(X), dtype, device) if structured else tensor(X)
-        torch_kernel = TorchKernel(kernel)
         history = []
-        fitting = self.optimizer is not None and (
-            torch_kernel.n_dims > 0 or (mode == "sparse" and self.optimize_inducing))
-        if mode == "sparse":
-            kernel, torch_kernel, lml, factors = self._fit_sparse(
-                kernel, Rows(X_t, Y_t, alpha_t), tensor(Z), float(alpha.min()), fitting, rng,
-                history)
-            signal, white = split_white_noise(kernel)  # at the fitted hyperparameters
-            theta_t = torch_kernel.theta_tensor(device, dtype)
-            L = a = solver = None
-            jitter = factors.jitter
-        else:
-            factors = None
-            if mode == "cholesky" and not structured:
-                check_cholesky_cost(self, torch_kernel, torch_kernel.theta_tensor(device, dtype),
-                                    X_t, Y_t, alpha_t, fitting)
-            if fitting:
-                theta, lml = optimize_exact(self, torch_kernel, X_t, Y_t, alpha_t, rng, history)
-                kernel.theta = theta
-                kernel._check_bounds_params()
-                torch_kernel = TorchKernel(kernel)
-            else:
-                lml = None  # from the factorisation below
-            theta_t = torch_kernel.theta_tensor(device, dtype)
-            signal, white = split_white_noise(kernel)
-            L, a, solver, jitter = self._exact_solve(mode, torch_kernel, theta_t, X_t, Y_t,
-                                                     alpha_t, white)
-            if lml is None:
-                # as scikit-learn: -inf when the matrix as given is not positive definite
-                lml = (np.nan if L is None else -np.inf if jitter
-                       else lml_from_factor(L, Y_t, a))
-                history.append(-lml)
-
+        Y = y if dask else y.reshape(n, n_targets)
+        kernel = engine.fit(self, kernel, X, Y, alpha, rng, history, device, dtype,
+                            shift=x_mean)
+        signal, _ = split_white_noise(kernel)  # at the fitted hyperparameters
         self.kernel_ = kernel
         self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
-        self.X_train_ = np.copy(X) if self.copy_X_train else X
-        self.y_train_ = np.copy(y) if self.copy_X_train else y
+        if dask:
+            self.X_train_ = X  # lazy: the Dask collection, never gathered here
+            self.y_train_ = y[:, 0] if y_was_1d else y
+        else:
+            self.X_train_ = np.copy(X) if self.copy_X_train else X
+            self.y_train_ = np.copy(y) if self.copy_X_train else y
         self.y_mean_, self.y_scale_ = y_mean, y_std
-        noise_var = alpha_t + white
-        self.noise_variance_ = to_numpy(noise_var)
-        self.log_marginal_likelihood_value_ = np.float64(lml)
-        self.jitter_ = float(jitter)
+        self.log_marginal_likelihood_value_ = np.float64(engine.lml)
+        self.jitter_ = float(engine.jitter)
         self.objective_history_ = [float(v) for v in history]
         self.n_iter_ = len(history)
-        if factors is not None:
-            self.inducing_points_ = to_numpy(factors.Z)
-            self.q_mu_ = to_numpy(factors.q_mu)
-            self.q_sqrt_ = to_numpy(factors.q_sqrt)
-        if solver is not None:
-            self.cg_n_iter_ = int(solver.n_iter)
+        for name, value in engine.attributes().items():
+            setattr(self, name, value)
         self.device_, self.dtype_ = device, self.dtype
-        self._torch_kernel, self._theta = torch_kernel, theta_t
-        self._X, self._Y, self._L, self._noise_var = X_t, Y_t, L, noise_var
-        self._a, self._cg, self._sparse = a, solver, factors
-        self._y_mean, self._y_scale = tensor(y_mean), tensor(y_std)
-        self._shift = None if structured else X_t.mean(0)  # the random features' centre
+        self._engine = engine
+        self._y_mean = self._as_tensor(y_mean, device, dtype)
+        self._y_scale = self._as_tensor(y_std, device, dtype)
         self._prediction_seed = draw_seed(rng)
         return self
 
-    def _fit_sparse(self, kernel, rows, Z, alpha_min, fitting, rng, history):
-        """Optimise (if ``fitting``) and factorise the sparse model on ``rows``.
-
-        Returns the fitted ``(kernel, torch_kernel, elbo, factors)``.
-        """
-        torch_kernel = TorchKernel(kernel)
-        _, white = split_white_noise(kernel)
-        check_sparse_noise(alpha_min + white, white > 0)
-        if fitting:
-            theta, Z = optimize_sparse(self, torch_kernel, rows, Z, rng, history)
-            kernel.theta = theta
-            kernel._check_bounds_params()
-            torch_kernel = TorchKernel(kernel)
-        theta_t = torch_kernel.theta_tensor(Z.device, Z.dtype)
-        lml, factors = fit_factors(torch_kernel, theta_t, Z, rows, jitter=self.jitter,
-                                   batch_size=self.batch_size)
-        if not fitting:
-            history.append(-lml)
-        return kernel, torch_kernel, lml, factors
-
-    def _fit_dask(self, X, y):
-        """Sparse fit on Dask collections: the data stay on the workers (see
-        ``skgpx._dask.DaskRows``); each optimiser step is two passes over the blocks."""
+    def _validate_dask(self, X, y):
+        """Lazy checks of Dask training data: ``(X, Y of shape (n, T), y_was_1d)``."""
         X, Y, feature_names, y_was_1d = dask_training_data(X, y)
-        n, d = X.shape
-        n_targets = Y.shape[1]
-        if self.inducing_points is None and self.n_inducing is None:
-            raise ValueError(
-                "Fitting on Dask collections needs sparse mode: set n_inducing (say 512) "
-                "or inducing_points. The exact GP needs the n x n kernel matrix in one "
-                "process; call fit on in-memory arrays for it.")
-        if np.ndim(self.alpha) != 0:
-            raise ValueError("Fitting on Dask collections takes a scalar alpha; put "
-                             "per-row noise into a WhiteKernel or fit in memory.")
-        if self.optimizer == "adam" and self.minibatch_size is not None:
-            raise ValueError("minibatch_size (SVGP mini-batches) needs in-memory data; on "
-                             "Dask collections use optimizer='adam' with minibatch_size=None "
-                             "or the default L-BFGS-B, which take two passes per step.")
-        if self.n_targets is not None and n_targets != self.n_targets:
-            raise ValueError(
-                "The number of targets seen in `y` is different from the parameter "
-                f"`n_targets`. Got {n_targets} != {self.n_targets}.")
-        self.n_features_in_ = d  # what validate_data(reset=True) records
+        SparseMode.check_dask_options(self)
+        self._check_n_targets(Y.shape[1])
+        self.n_features_in_ = X.shape[1]  # what validate_data(reset=True) records
         if feature_names is not None:
             self.feature_names_in_ = feature_names
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        device, dtype = self._fit_device_dtype()
-        kernel = clone(default_kernel(fit=True) if self.kernel is None else self.kernel)
-        self._check_options(kernel, d)
-        self._mode(kernel, (n, d), device)
-        x_mean, y_mean, y_std = dask_summaries(X, Y, dtype)
-        if self.normalize_y:
-            y_std = safe_scale(y_std)  # as column_standardisation does in memory
-            Y = (Y - y_mean) / y_std
-        else:
-            y_mean, y_std = np.zeros(n_targets), np.ones(n_targets)
-        rng = check_random_state(self.random_state)
-        tensor = lambda a: self._as_tensor(a, device, dtype)  # noqa: E731
-        Z = tensor(self._initial_inducing(X, rng))
-        torch_dtype = Z.dtype
-        rows = DaskRows(X, Y, float(self.alpha), torch_dtype, device)
-        history = []
-        fitting = self.optimizer is not None and (
-            TorchKernel(kernel).n_dims > 0 or self.optimize_inducing)
-        kernel, torch_kernel, lml, factors = self._fit_sparse(
-            kernel, rows, Z, float(self.alpha), fitting, rng, history)
-        signal, white = split_white_noise(kernel)
-        theta_t = torch_kernel.theta_tensor(device, torch_dtype)
-        self.kernel_ = kernel
-        self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
-        self.X_train_ = X  # lazy: the Dask collection, never gathered here
-        self.y_train_ = Y[:, 0] if y_was_1d else Y
-        self.y_mean_, self.y_scale_ = y_mean, y_std
-        self.noise_variance_ = np.asarray(float(self.alpha) + white)
-        self.log_marginal_likelihood_value_ = np.float64(lml)
-        self.jitter_ = float(factors.jitter)
-        self.objective_history_ = [float(v) for v in history]
-        self.n_iter_ = len(history)
-        self.inducing_points_ = to_numpy(factors.Z)
-        self.q_mu_ = to_numpy(factors.q_mu)
-        self.q_sqrt_ = to_numpy(factors.q_sqrt)
-        self.device_, self.dtype_ = device, self.dtype
-        self._torch_kernel, self._theta = torch_kernel, theta_t
-        self._X = self._Y = self._L = self._a = self._cg = None
-        self._noise_var = tensor(self.noise_variance_)
-        self._sparse = factors
-        self._y_mean, self._y_scale = tensor(y_mean), tensor(y_std)
-        self._shift = tensor(x_mean)
-        self._prediction_seed = draw_seed(rng)
-        return self
+        return X, Y, y_was_1d
+
+    def _check_n_targets(self, n_targets):
+        if self.n_targets is not None and n_targets != self.n_targets:
+            raise ValueError(
+                "The number of targets seen in `y` is different from the parameter "
+                f"`n_targets`. Got {n_targets} != {self.n_targets}.")
 
     def _check_options(self, kernel, n_features_in):
         if self.feature_map == "sincos" and self.n_features % 2:
@@ -613,13 +490,12 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             )
         TorchKernel(kernel).check_n_features(n_features_in)
 
-    def _mode(self, kernel, shape, device):
-        """'sparse', 'cholesky' or 'cg'; refuses, before any work, what cannot run."""
-        n, d = shape
-        itemsize = 4 if self.dtype == "float32" else 8
+    def _plan(self, kernel, n, d, device):
+        """The mode object of this fit (``_engine``); refuses, before any work, what
+        cannot run."""
         sparse = self.inducing_points is not None or self.n_inducing is not None
         if self._structured_inputs():
-            self._check_structured_options(sparse)
+            check_structured_options(self, sparse)
         if self.inducing_points is not None and self.n_inducing is not None:
             raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
         if self.minibatch_size is not None and not (sparse and self.optimizer == "adam"):
@@ -627,86 +503,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 f"minibatch_size={self.minibatch_size} needs sparse mode (n_inducing or "
                 "inducing_points) and optimizer='adam'; set minibatch_size=None otherwise."
             )
-        if sparse:
-            if self.method == "weight_space":
-                raise ValueError("method='weight_space' is a baseline of the exact GP; "
-                                 "unset n_inducing and inducing_points to use it.")
-            m = min(self.n_inducing or len(self.inducing_points), n)
-            chunk = rows_per_chunk(self.batch_size, 4 * m, device)
-            check_memory(itemsize * (8 * m * m + 6 * chunk * m + n * (d + 4)),
-                         what=f"Sparse mode with {m} inducing points on {n} rows",
-                         way_out="use fewer inducing points (n_inducing)", device=device)
-            return "sparse"
-        free = self.optimizer is not None and TorchKernel(kernel).n_dims > 0
-        solver = ("cholesky" if self._structured_inputs()
-                  else resolve_solver(self, n, itemsize, free, device))
-        if free and solver == "cg":
-            limit = (f": {FIT_CHOLESKY_MAX_N} rows when fitting"
-                     if self.cholesky_max_n == "auto" else "")
-            raise ValueError(
-                f"Fitting kernel hyperparameters on n={n} rows needs the exact Cholesky "
-                f"solver (cholesky_max_n={self.cholesky_max_n!r}{limit}, "
-                f"solver={self.solver!r}); "
-                "use sparse mode (n_inducing=512, say) to fit them on large data, then "
-                "solver='cg' with optimizer=None and the fitted kernel_ for exact draws."
-            )
-        if solver == "cholesky":
-            buffers = 5 if free else 3  # K, K_A, L (+ K_A^-1 and the gradient weights)
-            check_memory(
-                buffers * n * n * itemsize,
-                what=f"The exact GP on {n} rows ({buffers} dense {n} x {n} matrices)",
-                way_out="use sparse mode (n_inducing=512, say), or solver='cg' with "
-                        "optimizer=None for exact predictions and draws at fixed "
-                        "hyperparameters, fewer rows, or a GPU (device='cuda')",
-                device=device)
-        return solver
+        return (SparseMode if sparse else ExactMode).plan(self, kernel, n, d, device)
 
     def _structured_inputs(self):
         """Whether the kernel takes structured inputs (``requires_vector_input`` False)."""
         return self.kernel is not None and not self.kernel.requires_vector_input
-
-    def _check_structured_options(self, sparse):
-        """Structured inputs have the exact GP only: no features, no inducing inputs."""
-        kernel = f"The kernel {self.kernel} takes structured inputs (requires_vector_input=False)"
-        if sparse:
-            raise ValueError(f"{kernel}: sparse mode needs inducing points in a vector "
-                             "space; unset n_inducing and inducing_points.")
-        if self.method == "weight_space":
-            raise ValueError(f"{kernel}: method='weight_space' needs random features; "
-                             "use method='pathwise'.")
-        if self.solver == "cg":
-            raise ValueError(f"{kernel}: it is evaluated by scikit-learn on the objects, "
-                             "so only solver='cholesky' (or 'auto') is supported.")
-
-    def _random_features_error(self, call):
-        return NotImplementedError(
-            f"{call} needs random features, which the kernel {self.kernel} on structured "
-            "inputs (requires_vector_input=False) has no expansion into; draw exactly with "
-            "sample_y(X, n_samples) and prior='exact'."
-        )
-
-    def _initial_inducing(self, X, rng):
-        if self.inducing_points is None:
-            return initial_inducing_points(X, self.n_inducing, rng)
-        Z = check_array(self.inducing_points, dtype=np.float64, input_name="inducing_points")
-        if Z.shape[1] != X.shape[1]:
-            raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has "
-                             f"{X.shape[1]}; give an array of shape (m, {X.shape[1]}).")
-        return np.array(Z)
-
-    def _exact_solve(self, mode, torch_kernel, theta, X, Y, alpha, white):
-        """Cholesky factor or CG solver of ``K_A``, ``a = K_A^{-1} Y`` and the jitter."""
-        with torch.no_grad():
-            if mode == "cg":
-                solver, a = cg_fit_solve(self, torch_kernel, X, theta, alpha + white, Y)
-                return None, a, solver, 0.0
-            K_A = torch_kernel(X, theta=theta)  # the full kernel: white noise on the diagonal
-            K_A.diagonal().add_(alpha)
-            L, jitter = jittered_cholesky(
-                K_A, jitter=self.jitter, max_jitter=1e-3, name="training kernel matrix",
-                advice="increase alpha or add a WhiteKernel, or check for duplicated inputs",
-            )
-            return L, cholesky_solve(L, Y), None, jitter
 
     def _alpha_vector(self, n):
         alpha = np.asarray(self.alpha, dtype=np.float64)
@@ -723,31 +524,18 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
     # ------------------------------------------------------------ posterior
 
-    def _posterior(self, n_features_in):
-        """The fitted posterior, or the prior before fit (never writes to self)."""
+    def _fitted_or_prior(self, n_features_in):
+        """The fitted mode object (``_engine``), or the prior's before fit, and the face
+        that completes its posterior; never writes to self."""
         if hasattr(self, "X_train_"):
-            return Posterior(
-                kernel=self._torch_kernel, signal_kernel=self.signal_kernel_,
-                theta=self._theta, X=self._X, Y=self._Y, L=self._L, cg=self._cg,
-                inducing=self._sparse, noise_var=self._noise_var, shift=self._shift,
-                y_mean=self._y_mean, y_std=self._y_scale, n_targets=len(self.y_mean_),
+            return self._engine, dict(
+                signal_kernel=self.signal_kernel_, y_mean=self._y_mean, y_std=self._y_scale,
+                n_targets=len(self.y_mean_),
                 squeeze=self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1,
-                n_features_in=getattr(self, "n_features_in_", 1),
-            )
+                n_features_in=getattr(self, "n_features_in_", 1))
         kernel = default_kernel() if self.kernel is None else self.kernel
-        device, dtype = self._current_device_dtype()
-        torch_kernel = TorchKernel(kernel)
-        torch_kernel.check_n_features(n_features_in)
-        signal, _ = split_white_noise(kernel)
-        n_targets = self.n_targets or 1
-        return Posterior(
-            kernel=torch_kernel,
-            signal_kernel=ConstantKernel(0.0, "fixed") if signal is None else signal,
-            theta=torch_kernel.theta_tensor(device, dtype),
-            y_mean=torch.zeros(n_targets, dtype=dtype, device=device),
-            y_std=torch.ones(n_targets, dtype=dtype, device=device),
-            n_targets=n_targets, squeeze=n_targets == 1, n_features_in=n_features_in,
-        )
+        return PriorMode.of(kernel, n_features_in, self.n_targets or 1,
+                            *self._current_device_dtype())
 
     def _extra_noise(self, post):
         """Noise variance (normalised units) added at new inputs by ``predict_noise``."""
@@ -758,29 +546,18 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             noise += float(self.alpha)
         return noise
 
-    def _prior_diag(self, post, Xq):
-        if self.predict_noise == "sklearn":
-            return post.kernel.diag(Xq, post.theta, part="full")
-        return post.kernel.diag(Xq, post.theta, part="signal") + self._extra_noise(post)
-
-    def _prior_cov(self, post, Xq):
-        if self.predict_noise == "sklearn":
-            return post.kernel(Xq, theta=post.theta, part="full")
-        cov = post.kernel(Xq, theta=post.theta, part="signal")
-        cov.diagonal().add_(self._extra_noise(post))
-        return cov
-
     def _query(self, X):
-        """Validate query rows and copy them into a tensor."""
-        fitted = hasattr(self, "X_train_")
+        """Validate query rows; ``(mode, face, Xq)`` with the rows copied into a tensor
+        (``_fitted_or_prior``)."""
         if self._structured_inputs():
             X = validate_data(self, X, reset=False, ensure_2d=False, dtype=None)
-            post = self._posterior(1)
-            return post, ObjectRows.of(np.copy(X), post.theta.dtype, post.theta.device), fitted
+            engine, face = self._fitted_or_prior(1)
+            return engine, face, ObjectRows.of(np.copy(X), engine.theta.dtype,
+                                               engine.theta.device)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         check_magnitude(X, "X", self._current_device_dtype()[1])
-        post = self._posterior(X.shape[1])
-        return post, self._as_tensor(X, post.theta.device, post.theta.dtype), fitted
+        engine, face = self._fitted_or_prior(X.shape[1])
+        return engine, face, self._as_tensor(X, engine.theta.device, engine.theta.dtype)
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predict with the GP posterior (the prior before ``fit``).
@@ -810,45 +587,26 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        post, Xq, fitted = self._query(X)
+        engine, face, Xq = self._query(X)
         if return_cov:
             self._check_query_memory(Xq.shape[0], "predict(return_cov=True)",
                                      "predict in chunks of rows with return_std=True")
+        y_std, squeeze = face["y_std"], face["squeeze"]
         with torch.no_grad():
-            if fitted and post.inducing is not None:
-                def cross(Xc):
-                    return post.kernel(post.inducing.Z, Xc, theta=post.theta, part="signal")
-
-                mean, var = _sparse.predictive_mean_var(
-                    post.inducing, cross, lambda Xc: self._prior_diag(post, Xc), Xq,
-                    self.batch_size, return_std)
-                cov = _sparse.predictive_cov(
-                    post.inducing, cross, lambda Xc: self._prior_cov(post, Xc),
-                    Xq) if return_cov else None
-            elif fitted:
-                def cross(Xc):
-                    return post.kernel(Xc, post.X, theta=post.theta, part="signal")
-
-                mean, var = predictive_mean_var(
-                    cross, lambda Xc: self._prior_diag(post, Xc), post, self._a, Xq,
-                    self.batch_size, return_std)
-                cov = predictive_cov(cross, lambda Xc: self._prior_cov(post, Xc), post,
-                                     Xq) if return_cov else None
-            else:
-                mean = Xq.new_zeros(Xq.shape[0], post.n_targets)
-                var = self._prior_diag(post, Xq) if return_std else None
-                cov = self._prior_cov(post, Xq) if return_cov else None
-            y_mean = self._squeeze(post, post.y_mean + post.y_std * mean)
+            noise = None if self.predict_noise == "sklearn" else self._extra_noise(engine)
+            mean, var, cov = engine.predict(Xq, noise=noise, batch_size=self.batch_size,
+                                            want_var=return_std, want_cov=return_cov)
+            y_mean = self._squeeze(squeeze, face["y_mean"] + y_std * mean)
             if return_std:
-                var = clip_negative_variance(var)[:, None] * post.y_std**2
-                return y_mean, self._squeeze(post, torch.sqrt(var))
+                var = clip_negative_variance(var)[:, None] * y_std**2
+                return y_mean, self._squeeze(squeeze, torch.sqrt(var))
             if return_cov:
-                return y_mean, self._squeeze(post, cov[..., None] * post.y_std**2)
+                return y_mean, self._squeeze(squeeze, cov[..., None] * y_std**2)
         return y_mean
 
     @staticmethod
-    def _squeeze(post, values):
-        return to_numpy(values[..., 0] if post.squeeze else values)
+    def _squeeze(squeeze, values):
+        return to_numpy(values[..., 0] if squeeze else values)
 
     # -------------------------------------------------------------- draws
 
@@ -856,6 +614,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         return dict(n_features=self.n_features, feature_map=self.feature_map,
                     shared_basis=self.shared_basis, method=self.method,
                     batch_size=self.batch_size, frequency_sampling=self.frequency_sampling)
+
+    def _memory_options(self):
+        return dict(n_features=self.n_features, shared_basis=self.shared_basis,
+                    device=self._current_device_dtype()[0])
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw samples from the GP posterior (the prior before ``fit``) at X.
@@ -886,19 +648,22 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
             the memory available (ask for fewer draws, or call it on chunks of X).
         """
-        post, Xq, fitted = self._query(X)
+        engine, face, Xq = self._query(X)
+        post = engine.posterior(**face)
+        fitted = post.fitted
         n_samples = check_n_samples(n_samples, minimum=0)
         generator = prediction_generator(self, random_state)
         n_train = post.centers.shape[0] if fitted else 0
         structured = isinstance(Xq, ObjectRows)
         if structured and self.prior == "rff":
-            raise self._random_features_error("sample_y with prior='rff'")
+            raise random_features_error(self.kernel, "sample_y with prior='rff'")
         exact = self.method == "pathwise" and (
             self.prior == "exact" or structured
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
-        self._check_draw_memory(post, n_samples, n_train, Xq.shape[0], exact,
-                                f"PathwiseGPSampler.sample_y on {Xq.shape[0]} rows")
+        check_draws_memory(post, n_samples, n_train, Xq.shape[0], exact,
+                           f"PathwiseGPSampler.sample_y on {Xq.shape[0]} rows",
+                           **self._memory_options())
         if exact:
             self._check_query_memory(n_train + Xq.shape[0], "sample_y with prior='exact'",
                                      "use prior='rff' (linear in the query rows)")
@@ -941,10 +706,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
         n_samples = check_n_samples(n_samples, minimum=0)
         if self._structured_inputs():
-            raise self._random_features_error("sample_functions")
-        post = self._posterior(self.n_features_in_)
-        self._check_draw_memory(post, n_samples, post.centers.shape[0], 0, False,
-                                "PathwiseGPSampler.sample_functions")
+            raise random_features_error(self.kernel, "sample_functions")
+        engine, face = self._fitted_or_prior(self.n_features_in_)
+        post = engine.posterior(**face)
+        check_draws_memory(post, n_samples, post.centers.shape[0], 0, False,
+                           "PathwiseGPSampler.sample_functions", **self._memory_options())
         generator = prediction_generator(self, random_state)
         with torch.no_grad():
             return draw_functions(post, n_samples, generator, **self._draw_options())
@@ -972,62 +738,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return np.float64(self.log_marginal_likelihood_value_)
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
-        theta_array = np.asarray(theta, dtype=np.float64)
-        theta = torch.as_tensor(theta_array, dtype=self._theta.dtype, device=self._theta.device)
-        if self._theta.shape[0] != theta.shape[0]:
-            raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
-                             f"{self._theta.shape[0]} free hyperparameters.")
-        result = self._log_marginal_likelihood(theta, eval_gradient)
+        theta_tensor = self._engine.as_theta(theta)
+        result = self._engine.log_marginal_likelihood(self, theta_tensor, eval_gradient)
         if not clone_kernel:
-            self.kernel_.theta = theta_array
+            self.kernel_.theta = np.asarray(theta, dtype=np.float64)
         # numpy scalars, as scikit-learn returns: NumPy 2 promotion keeps float64 arithmetic
         if eval_gradient:
             return np.float64(result[0]), result[1]
         return np.float64(result)
-
-    def _log_marginal_likelihood(self, theta, eval_gradient):
-        """The bound (sparse) or the exact value at ``theta`` (a tensor), and its gradient."""
-        alpha = self._noise_var - self._torch_kernel.noise_level(self._theta)
-        if self._sparse is not None:
-            if self._X is None:  # fitted on Dask collections: evaluate where the rows are
-                Y = self.y_train_[:, None] if self.y_train_.ndim == 1 else self.y_train_
-                rows = DaskRows(self.X_train_, Y, float(self.alpha), theta.dtype,
-                                str(theta.device))
-            else:
-                rows = Rows(self._X, self._Y, alpha)
-            elbo, grad, _ = elbo_value_and_grad(
-                self._torch_kernel, theta, self._sparse.Z, rows,
-                jitter=self.jitter, batch_size=self.batch_size, grad_theta=eval_gradient)
-            if not eval_gradient:
-                return elbo
-            return elbo, grad.detach().cpu().numpy().astype(np.float64)
-        if self._L is None:
-            raise NotImplementedError(
-                "The log marginal likelihood needs a log-determinant, which the CG solver "
-                "does not compute; use solver='cholesky' (small n) or sparse mode "
-                "(n_inducing), whose bound this method returns."
-            )
-        return log_marginal_likelihood(self._torch_kernel, theta, self._X, self._Y, alpha,
-                                       eval_gradient)
-
-    def _check_draw_memory(self, post, n_samples, n_train, n_query, exact, what):
-        """Refuse draws whose outputs and buffers cannot fit (before any draw): per draw
-        and target, the prior weights (up to 2 ``n_features`` random features), about 4
-        vectors over the centres (prior values, noise, update, solve) and 4 over the query
-        rows (values, noise, the layout copy, the numpy result); the features themselves
-        when each draw has its own basis."""
-        n_random = 0 if exact else 2 * self.n_features
-        per_draw = post.n_targets * (n_random + 4 * n_train + 4 * n_query)
-        if not exact and not self.shared_basis:
-            per_draw += n_random * (post.n_features_in + 1)
-        way_out = "ask for fewer draws (n_samples) per call"
-        if n_query:
-            way_out += (", or call it on chunks of X, or use sample_functions with fewer "
-                        "draws and evaluate its functions on X chunk by chunk")
-        else:
-            way_out += " (draw the functions in several calls), or fewer n_features"
-        check_draw_memory(n_samples, per_draw, what=what, way_out=way_out,
-                          device=self._current_device_dtype()[0])
 
     def _check_query_memory(self, n_rows, what, way_out):
         """Refuse a dense ``n_rows x n_rows`` result that cannot fit (before any work)."""
@@ -1039,12 +757,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
     @property
     def L_(self):
-        if getattr(self, "_L", None) is None:
+        L = getattr(getattr(self, "_engine", None), "L", None)
+        if L is None:
             raise AttributeError("L_ exists only in exact mode with the Cholesky solver.")
-        return to_numpy(self._L)
+        return to_numpy(L)
 
     @property
     def alpha_(self):
-        if getattr(self, "_a", None) is None:
+        a = getattr(getattr(self, "_engine", None), "a", None)
+        if a is None:
             raise AttributeError("alpha_ exists only in exact mode.")
-        return to_numpy(self._a).reshape(self.y_train_.shape)
+        return to_numpy(a).reshape(self.y_train_.shape)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._base import cpu_generator, rows_per_chunk, standard_normal
+from .._base import check_draw_memory, cpu_generator, rows_per_chunk, standard_normal
 from ..kernels import concatenate_rows
 from ..linalg import cholesky_solve, jittered_cholesky
 from ._features import draw_random_features
@@ -174,6 +174,27 @@ def draw_functions(post, n_samples, generator, *, n_features, feature_map, share
         n_samples=S, n_targets=T, squeeze=post.squeeze, n_features_in=d,
         batch_size=batch_size,
     )
+
+
+def check_draws_memory(post, n_samples, n_train, n_query, exact, what, *, n_features,
+                       shared_basis, device):
+    """Refuse draws whose outputs and buffers cannot fit (before any draw): per draw
+    and target, the prior weights (up to 2 ``n_features`` random features), about 4
+    vectors over the centres (prior values, noise, update, solve) and 4 over the query
+    rows (values, noise, the layout copy, the numpy result); the features themselves
+    when each draw has its own basis (``shared_basis=False``).  ``exact``: draws from the
+    joint prior (:func:`draw_exact`), without random features."""
+    n_random = 0 if exact else 2 * n_features
+    per_draw = post.n_targets * (n_random + 4 * n_train + 4 * n_query)
+    if not exact and not shared_basis:
+        per_draw += n_random * (post.n_features_in + 1)
+    way_out = "ask for fewer draws (n_samples) per call"
+    if n_query:
+        way_out += (", or call it on chunks of X, or use sample_functions with fewer "
+                    "draws and evaluate its functions on X chunk by chunk")
+    else:
+        way_out += " (draw the functions in several calls), or fewer n_features"
+    check_draw_memory(n_samples, per_draw, what=what, way_out=way_out, device=device)
 
 
 def draw_exact(post, Xq, n_samples, generator, jitter):

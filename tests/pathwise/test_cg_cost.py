@@ -111,7 +111,7 @@ def test_auto_factorises_when_the_memory_allows(monkeypatch, limit, solver):
     monkeypatch.setenv("SKGPX_MEMORY_LIMIT", limit)
     gp = PathwiseGPSampler(KERNEL, optimizer=None, device="cpu").fit(X, Y)
     assert hasattr(gp, "cg_n_iter_") == (solver == "cg")
-    assert (getattr(gp, "_L", None) is not None) == (solver == "cholesky")
+    assert hasattr(gp, "L_") == (solver == "cholesky")  # L_: the Cholesky factor
 
 
 def test_resolve_solver_by_memory_device_and_fitting(monkeypatch, cost):

@@ -1,0 +1,137 @@
+"""The engine of the pathwise estimators: one *mode object* per way of fitting a GP.
+
+An estimator of the pathwise family validates its input and parameters, builds one mode
+object, hands it the training data once, and afterwards only asks it questions; the
+mode owns every tensor of the fit.  ``PathwiseGPSampler`` has two modes,
+:class:`~skgpx.pathwise._exact_mode.ExactMode` (the exact GP by a Cholesky factor or by
+CG, on vectors or on structured inputs) and
+:class:`~skgpx.pathwise._sparse_mode.SparseMode` (inducing points, on rows held in this
+process or by Dask workers), and :class:`PriorMode` answers for an unfitted estimator.
+
+The interface
+-------------
+A mode object is a dataclass (so that pickling a fitted estimator moves its tensors to
+the CPU field by field: :func:`skgpx._base.move_to_device`) with
+
+``plan(est, kernel, n, d, device)`` (classmethod)
+    Refuses, before any torch work, what this mode cannot run on ``n`` rows of ``d``
+    features (memory, options), and returns the unfitted mode.
+``fit(est, kernel, X, Y, noise, rng, history, device, dtype, shift=None)``
+    Fits on the training data (in-memory arrays, or Dask collections where the mode
+    supports them) with the targets ``Y`` of shape (n, T) as the estimator wants them
+    modelled (normalised, say), optimising the hyperparameters of the scikit-learn
+    ``kernel`` (a clone the estimator owns) when ``est`` asks for it.  Reads its options
+    from ``est``, appends the objective of each evaluation to ``history`` and returns the
+    fitted kernel.  Afterwards the fields of :class:`Mode` hold the fitted state.
+``predict(Xq, *, noise, batch_size, want_var, want_cov)``
+    Predictive moments at the query rows ``Xq``: ``(mean (n*, T), var (n*,) or None,
+    cov (n*, n*) or None)`` in the units of the fitted ``Y``.  ``noise`` is the variance
+    the estimator adds at new inputs: None for the full kernel's (its ``WhiteKernel``
+    terms, scikit-learn's choice), a float for the signal plus that (0.0: the latent
+    function); see :meth:`Mode.prior_variance`.
+``posterior(**face)``
+    The object that :func:`~skgpx.pathwise._predict.draw_functions` and
+    :func:`~skgpx.pathwise._predict.draw_exact` consume: a
+    :class:`~skgpx.pathwise._predict.Posterior` of this fit, completed by the
+    estimator's ``face`` (``signal_kernel``, ``y_mean``, ``y_std``, ``n_targets``,
+    ``squeeze``, ``n_features_in``).
+``log_marginal_likelihood(est, theta, eval_gradient)``
+    The objective of the fit at another ``theta`` (a tensor): a float, and with
+    ``eval_gradient`` its gradient as a float64 array.
+``attributes()``
+    The public fitted attributes this mode gives the estimator (``noise_variance_``,
+    ``inducing_points_``, ``cg_n_iter_``, ...).
+
+A classifier's modes (Laplace, SVGP) take the same shape: their ``posterior`` returns
+an object with the attributes of ``Posterior`` that ``draw_functions`` uses.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.gaussian_process.kernels import ConstantKernel
+
+from ..kernels import TorchKernel, split_white_noise
+from ._predict import Posterior
+
+
+@dataclass
+class Mode:
+    """The fitted state every mode has (None before ``fit``)."""
+
+    kernel: object = None  # TorchKernel at the fitted theta
+    theta: torch.Tensor = None  # fitted log hyperparameters
+    shift: torch.Tensor = None  # (d,) centre of the random features; None: the origin
+    lml: float = None  # the objective at theta: log marginal likelihood or its bound
+    jitter: float = 0.0  # jitter that the fitted factorisation needed
+
+    def posterior(self, **face):
+        """The posterior of this fit for draws (see the module docstring)."""
+        return Posterior(kernel=self.kernel, theta=self.theta, shift=self.shift,
+                         **self._posterior_fields(), **face)
+
+    def _posterior_fields(self):
+        return {}
+
+    def prior_variance(self, Xq, noise=None):
+        """Prior variance at the rows ``Xq``: of the full kernel when ``noise`` is None,
+        else of the signal (no ``WhiteKernel`` terms) plus ``noise``."""
+        if noise is None:
+            return self.kernel.diag(Xq, self.theta, part="full")
+        return self.kernel.diag(Xq, self.theta, part="signal") + noise
+
+    def prior_covariance(self, Xq, noise=None):
+        """Prior covariance of the rows ``Xq``, with ``noise`` as in :meth:`prior_variance`."""
+        if noise is None:
+            return self.kernel(Xq, theta=self.theta, part="full")
+        cov = self.kernel(Xq, theta=self.theta, part="signal")
+        cov.diagonal().add_(noise)
+        return cov
+
+    def as_theta(self, theta):
+        """``theta`` (array-like) as a tensor like the fitted one, checked for its length:
+        the argument of :meth:`log_marginal_likelihood`."""
+        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self.theta.dtype,
+                                device=self.theta.device)
+        if self.theta.shape[0] != theta.shape[0]:
+            raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
+                             f"{self.theta.shape[0]} free hyperparameters.")
+        return theta
+
+
+def with_theta(kernel, theta):
+    """``kernel`` (scikit-learn, changed in place) set to ``theta``, and its TorchKernel."""
+    kernel.theta = theta
+    kernel._check_bounds_params()
+    return kernel, TorchKernel(kernel)
+
+
+@dataclass
+class PriorMode(Mode):
+    """The prior of an unfitted estimator: zero mean, the kernel's covariance."""
+
+    n_targets: int = 1
+
+    @classmethod
+    def of(cls, kernel, n_features_in, n_targets, device, dtype):
+        """The prior of the scikit-learn ``kernel`` for ``n_features_in`` input features,
+        and the face of its posterior (the latent function: zero mean, unit scale)."""
+        torch_kernel = TorchKernel(kernel)
+        torch_kernel.check_n_features(n_features_in)
+        signal, _ = split_white_noise(kernel)
+        face = dict(signal_kernel=ConstantKernel(0.0, "fixed") if signal is None else signal,
+                    y_mean=torch.zeros(n_targets, dtype=dtype, device=device),
+                    y_std=torch.ones(n_targets, dtype=dtype, device=device),
+                    n_targets=n_targets, squeeze=n_targets == 1,
+                    n_features_in=n_features_in)
+        return cls(kernel=torch_kernel, theta=torch_kernel.theta_tensor(device, dtype),
+                   n_targets=n_targets), face
+
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
+        mean = Xq.new_zeros(Xq.shape[0], self.n_targets)
+        return (mean, self.prior_variance(Xq, noise) if want_var else None,
+                self.prior_covariance(Xq, noise) if want_cov else None)
+
+
+__all__ = ["Mode", "PriorMode", "with_theta"]
