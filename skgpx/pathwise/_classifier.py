@@ -13,7 +13,7 @@ from .._base import (
     Interval, StrOptions, TorchEstimatorMixin, array_bytes, check_magnitude, check_memory,
     draw_seed, encode_classes, rows_per_chunk, to_numpy, to_probabilities,
 )
-from ..kernels import ObjectRows, TorchKernel, split_white_noise
+from ..kernels import ObjectRows, TorchKernel
 from ._classifier_sparse import check_sparse_options, fit_sparse, is_sparse, sparse_bound
 from ._laplace import LINKS, latent_moments, positive_probability
 from ._laplace_draws import LaplaceDrawsMixin
@@ -326,8 +326,6 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         self.device_, self.dtype_ = device, self.dtype
         self._torch_kernel, self._thetas = torch_kernel, theta_t
         self._groups = [(p.X, p.Y, mode) for p, mode in zip(problems, modes)]
-        signal, white = split_white_noise(kernel)
-        self._signal_kernel = signal if signal is not None else ConstantKernel(0.0, "fixed")
         self._shift = None if structured else X_t.mean(0)
         self._prediction_seed = draw_seed(check_random_state(self.random_state))
         self.base_estimator_ = self._views()

@@ -41,8 +41,9 @@ NEWTON_TOL = 1e-10
 LINKS = ("logit", "probit")
 
 
-def link_derivatives(f, y, link):
-    """``log p(y | f)`` per row, its first derivative ``g``, ``W = -g'`` and ``W'``.
+def link_derivatives(f, y, link, third=True):
+    """``log p(y | f)`` per row, its first derivative ``g``, ``W = -g'`` and ``W'``
+    (None unless ``third``).
 
     ``y`` holds 0/1 labels.  ``W' = dW/df = -d^3 log p / df^3`` enters Algorithm 5.1.
 
@@ -55,12 +56,13 @@ def link_derivatives(f, y, link):
     if link == "logit":
         pi = torch.sigmoid(f)
         W = pi * (1.0 - pi)
-        # log1p(exp(-z)) without overflow
-        return -torch.logaddexp(torch.zeros_like(z), -z), y - pi, W, W * (1.0 - 2.0 * pi)
+        # scikit-learn's log1p(exp(-z)), which overflows only beyond z < -50 (where it is -z)
+        log_lik = -torch.nn.functional.softplus(-z, threshold=50.0)
+        return log_lik, y - pi, W, (W * (1.0 - 2.0 * pi) if third else None)
     log_phi = torch.special.log_ndtr(z)
     r = torch.exp(-0.5 * z * z - 0.5 * math.log(2.0 * math.pi) - log_phi)
     zr = z + r
-    return log_phi, s * r, r * zr, -s * r * (zr * (z + 2.0 * r) - 1.0)
+    return log_phi, s * r, r * zr, (-s * r * (zr * (z + 2.0 * r) - 1.0) if third else None)
 
 
 @dataclass
@@ -200,9 +202,9 @@ def posterior_mode(K, y, f0, link, max_iter):
     members = list(range(C))  # the problems still iterating
     Ka, ya, f = K, y, f0
     previous = torch.full((C,), -math.inf, dtype=K.dtype, device=K.device)
-    _, g_next, W_next, dW_next = link_derivatives(f, ya, link)
+    _, g_next, W_next, _ = link_derivatives(f, ya, link, third=False)
     for step in range(max_iter):
-        g, W, dW = g_next, W_next, dW_next
+        g, W, f_before = g_next, W_next, f
         W_sr = torch.sqrt(W)
         L = _factor_B(Ka, W_sr, buffer[: len(members)])
         b = W * f + g
@@ -210,7 +212,7 @@ def posterior_mode(K, y, f0, link, max_iter):
         a = b - W_sr * cho_solve_vectors(L, W_sr * Kb[:, :, 0])
         f = torch.bmm(Ka, a[:, :, None])[:, :, 0]
         # the derivatives at the new f serve this step's lml and the next step
-        log_lik, g_next, W_next, dW_next = link_derivatives(f, ya, link)
+        log_lik, g_next, W_next, _ = link_derivatives(f, ya, link, third=False)
         lml = (-0.5 * (a * f).sum(-1) + log_lik.sum(-1)
                - torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1))
         if not bool(torch.isfinite(lml).all()):
@@ -228,9 +230,10 @@ def posterior_mode(K, y, f0, link, max_iter):
         stop = torch.ones_like(going) if last else ~going
         rows = stop.nonzero()[:, 0]
         index = torch.as_tensor([members[i] for i in rows.tolist()], device=K.device)
-        for name, value in (("lml", previous), ("f", f), ("g", g), ("W", W), ("dW", dW),
+        for name, value in (("lml", previous), ("f", f), ("g", g), ("W", W),
                             ("W_sr", W_sr), ("a", a)):
             getattr(out, name)[index] = value[rows]
+        out.dW[index] = link_derivatives(f_before[rows], ya[rows], link)[3]
         factors[index] = L.transpose(-1, -2)[rows]
         out.n_iter[index.cpu()] = step + 1
         keep = (~stop).nonzero()[:, 0]
@@ -238,7 +241,7 @@ def posterior_mode(K, y, f0, link, max_iter):
             break
         members = [members[i] for i in keep.tolist()]
         Ka, ya, f, previous = Ka[keep], ya[keep], f[keep], previous[keep]
-        g_next, W_next, dW_next = g_next[keep], W_next[keep], dW_next[keep]
+        g_next, W_next = g_next[keep], W_next[keep]
     return out
 
 

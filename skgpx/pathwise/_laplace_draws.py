@@ -110,15 +110,16 @@ class LaplaceDrawsMixin:
     """PathwiseGPClassifier's latent and probability draws."""
 
     def _posteriors(self):
-        _, white = split_white_noise(self._kernels[0])
+        """One LaplacePosterior per binary problem, at the fitted hyperparameters (also
+        after ``log_marginal_likelihood(..., clone_kernel=False)`` moved ``kernel_``)."""
         posts, offset = [], 0
         for X_g, Y_g, mode in self._groups:
             for local in range(Y_g.shape[0]):
                 c = offset + local
-                _, white = split_white_noise(self._kernels[c])
+                fitted = self._kernels[c].clone_with_theta(to_numpy(self._thetas[c]))
+                signal, white = split_white_noise(fitted)
                 posts.append(LaplacePosterior(
-                    kernel=self._torch_kernel, signal_kernel=split_white_noise(
-                        self._kernels[c])[0] or ConstantKernel(0.0, "fixed"),
+                    kernel=self._torch_kernel, signal_kernel=signal or ConstantKernel(0.0),
                     theta=self._thetas[c], X=X_g, g=mode.g[local], W_sr=mode.W_sr[local],
                     L=mode.L[local], white=white, shift=self._shift,
                     n_features_in=self.n_features_in_))

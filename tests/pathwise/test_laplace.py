@@ -321,3 +321,13 @@ def test_warm_start_from_the_fitted_mode():
         warm.log_marginal_likelihood_value_, abs=1e-7)
     assert warm.log_marginal_likelihood(theta) == pytest.approx(
         cold.log_marginal_likelihood(theta), abs=1e-7)
+
+
+def test_clone_kernel_false_moves_kernel_but_not_the_fitted_posterior():
+    est = PathwiseGPClassifier(KERNEL, device="cpu").fit(X, Y_MC)
+    proba, draws = est.predict_proba(XQ), est.sample_y(XQ, 3, random_state=0)
+    theta = est.kernel_.theta + 0.5
+    est.log_marginal_likelihood(theta, clone_kernel=False)
+    np.testing.assert_allclose(est.kernel_.theta, theta, rtol=1e-12)  # sklearn side effect
+    np.testing.assert_array_equal(est.predict_proba(XQ), proba)
+    np.testing.assert_array_equal(est.sample_y(XQ, 3, random_state=0), draws)
