@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._base import rows_per_chunk
+from .._base import MovableState, rows_per_chunk
 from ..linalg import gram, jittered_cholesky, lower_matmul, matmul
 from ._features import Buffers
 from ._sparse import inducing_cholesky, stationary_cross, whitening
@@ -90,7 +90,7 @@ class VariationalSums:
                                self.n)
 
 
-class WhitenedQ:
+class WhitenedQ(MovableState):
     """``q(v_c) = N(m_c, S_c)`` for ``L`` latents, held in natural parameters.
 
     Parameters

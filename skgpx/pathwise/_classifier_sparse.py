@@ -1,0 +1,144 @@
+"""The sparse variational mode of ``PathwiseGPClassifier``: its face on the SVGP engine.
+
+The estimator validates the data and options, then hands them here once; the fitted
+:class:`~skgpx.pathwise._svgp_fit.SVGPMode` answers every later question (latent moments,
+probabilities, the posterior of the draws, the bound at another ``theta``).  Latent
+problems are encoded as columns of the label matrix given to the engine:
+
+* two classes: one Bernoulli latent (column: ``y == classes_[1]``), whatever
+  ``multi_class`` says, as scikit-learn;
+* ``"one_vs_rest"``: ``C`` Bernoulli latents, one per class, sharing ``Z`` and the kernel;
+* ``"softmax"``: ``C`` latents under the softmax likelihood (one-hot columns).
+"""
+
+import copy
+
+import numpy as np
+import torch
+from sklearn.base import clone
+from sklearn.utils import check_array
+
+from .._base import check_memory, rows_per_chunk
+from ..kernels import TorchKernel
+from ._likelihoods import Bernoulli, Softmax
+from ._sparse import Rows, initial_inducing_points
+from ._svgp_fit import SVGPMode
+
+
+def is_sparse(est):
+    """Whether ``est`` asks for the sparse mode (``n_inducing`` or ``inducing_points``)."""
+    return est.n_inducing is not None or est.inducing_points is not None
+
+
+def check_sparse_options(est, structured):
+    """Refuse, before any work, what the sparse mode cannot do."""
+    if est.n_inducing is not None and est.inducing_points is not None:
+        raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
+    if structured:
+        raise ValueError(f"The kernel {est.kernel} takes structured inputs "
+                         "(requires_vector_input=False): the sparse mode needs inducing "
+                         "points in a vector space; unset n_inducing and inducing_points.")
+    if est.multi_class == "one_vs_one":
+        raise ValueError("multi_class='one_vs_one' is an exact-mode option (as scikit-learn,"
+                         " without probabilities); the sparse mode offers 'one_vs_rest' and "
+                         "'softmax'.")
+    if est.warm_start:
+        raise ValueError("warm_start (the Newton search's cached mode) is an exact-mode "
+                         "option; unset it in the sparse mode.")
+
+
+def encode_latents(codes, n_classes, multi_class):
+    """The engine's label matrix (n, L) and its ``multi_class`` name."""
+    if n_classes == 2:
+        return (codes == 1).astype(np.float64)[:, None], "binary"
+    one_hot = (codes[:, None] == np.arange(n_classes)[None, :]).astype(np.float64)
+    return one_hot, multi_class
+
+
+def _inducing_inputs(est, X, rng):
+    if est.inducing_points is None:
+        return initial_inducing_points(X, est.n_inducing, rng)
+    Z = check_array(est.inducing_points, dtype=np.float64, input_name="inducing_points")
+    if Z.shape[1] != X.shape[1]:
+        raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has {X.shape[1]};"
+                         f" give an array of shape (m, {X.shape[1]}).")
+    return np.array(Z)
+
+
+def check_sparse_memory(est, n, d, n_latent, dtype, device):
+    """Refuse a sparse fit whose buffers cannot fit: O(L m^2 + chunk m + n d), not O(n m)."""
+    m = min(est.n_inducing or len(est.inducing_points), n)
+    itemsize = 4 if dtype == "float32" else 8
+    chunk = rows_per_chunk(est.batch_size, 4 * m * n_latent, device)
+    check_memory(itemsize * (10 * m * m * n_latent + 6 * chunk * m * n_latent
+                             + n * (d + n_latent)),
+                 what=f"PathwiseGPClassifier (sparse mode) with {m} inducing points and "
+                      f"{n_latent} latent functions on {n} rows",
+                 way_out="use fewer inducing points (n_inducing) or a smaller batch_size",
+                 device=device)
+
+
+def restart_kernels(est, kernel, rng):
+    """The kernels each fit starts from: ``kernel``, then ``n_restarts_optimizer`` thetas
+    drawn log-uniformly within the bounds (as scikit-learn's restarts)."""
+    kernels = [kernel]
+    if est.optimizer is None or kernel.n_dims == 0 or not est.n_restarts_optimizer:
+        return kernels
+    bounds = kernel.bounds
+    if not np.isfinite(bounds).all():
+        raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) requires that "
+                         "all bounds are finite.")
+    for _ in range(est.n_restarts_optimizer):
+        kernels.append(kernel.clone_with_theta(rng.uniform(bounds[:, 0], bounds[:, 1])))
+    return kernels
+
+
+def fit_sparse(est, kernel, X, codes, n_classes, rng, device, dtype):
+    """Fit the SVGP engine; returns the fitted :class:`SVGPMode` with the best bound."""
+    Y, multi_class = encode_latents(codes, n_classes, est.multi_class)
+    check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device)
+    Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
+    X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
+    rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
+    if multi_class == "softmax":
+        likelihood = Softmax(est.n_mc_samples, seed=int(rng.randint(2**31 - 1)))
+    else:
+        likelihood = Bernoulli(est.link, est.n_quadrature)
+    best = None
+    for start in restart_kernels(est, kernel, rng):
+        mode = SVGPMode(
+            clone(start), likelihood, multi_class=multi_class,
+            optimizer=est.optimizer,
+            max_iter=est.max_iter, tol=est.tol, learning_rate=est.learning_rate,
+            natgrad_step=est.natgrad_step, minibatch_size=est.minibatch_size,
+            optimize_inducing=est.optimize_inducing, jitter=est.jitter,
+            batch_size=est.batch_size, verbose=est.verbose)
+        mode.fit(rows, Z0, rng)
+        if best is None or mode.elbo > best.elbo:
+            best = mode
+    return best
+
+
+def sparse_bound(est, theta, eval_gradient):
+    """The bound ``ELBO(q, theta)`` at the fitted ``q(u)`` and ``Z`` (and its gradient in
+    theta): at the fitted theta it is ``log_marginal_likelihood_value_``.  Computed on a
+    copy of the fitted engine, so ``est`` is not written to."""
+    mode = copy.copy(est._svgp)
+    X = est._as_tensor(np.asarray(est.X_train_, dtype=np.float64), mode.Z.device, mode.Z.dtype)
+    Y, _ = encode_latents(est._codes, est.n_classes_, est.multi_class)
+    Y_t = est._as_tensor(Y, mode.Z.device, mode.Z.dtype)
+    rows = Rows(X, Y_t, X.new_zeros(X.shape[0]))
+    theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=mode.Z.dtype,
+                              device=mode.Z.device)
+    if theta_t.shape != mode.theta.shape:
+        raise ValueError(f"theta has {theta_t.shape[0]} entries, but the kernel has "
+                         f"{mode.theta.shape[0]} free hyperparameters.")
+    mode.torch_kernel = TorchKernel(mode.kernel_)
+    ev = mode._objective(rows, mode.q, theta_t, mode.Z, eval_gradient)
+    value = np.float64(ev.elbo)
+    if not eval_gradient:
+        return value
+    return value, ev.grad_theta.detach().cpu().numpy().astype(np.float64)
+
+
+__all__ = ["check_sparse_options", "fit_sparse", "is_sparse", "sparse_bound"]
