@@ -345,9 +345,10 @@ def _main_output(est, Xq):
 def test_every_public_estimator_has_a_case():
     public = {name for name in skgpx.__all__ if isinstance(getattr(skgpx, name), type)
               and issubclass(getattr(skgpx, name), BaseEstimator)}
-    assert set(CASES) == public
+    # a case is named after its class, "Class-variant" for a second mode of one class
+    assert {name.split("-")[0] for name in CASES} == public
     for name, case in CASES.items():
-        assert type(case.make()).__name__ == name
+        assert type(case.make()).__name__ == name.split("-")[0]
 
 
 # ----------------------------------------------------------------------------- 1. pickling

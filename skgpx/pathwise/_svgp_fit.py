@@ -207,9 +207,10 @@ class SVGPMode(MovableState):
         X, Y, alpha = rows.X, rows.Y, rows.alpha
         n = X.shape[0]
         b = min(int(self.minibatch_size), n)
-        low = torch.as_tensor(self.torch_kernel.bounds[:, 0], dtype=theta.dtype,
+        bounds = np.asarray(self.torch_kernel.bounds, dtype=np.float64).reshape(-1, 2)
+        low = torch.as_tensor(bounds[:, 0], dtype=theta.dtype,
                               device=theta.device)
-        high = torch.as_tensor(self.torch_kernel.bounds[:, 1], dtype=theta.dtype,
+        high = torch.as_tensor(bounds[:, 1], dtype=theta.dtype,
                                device=theta.device)
         theta = theta.clone().requires_grad_(True)
         Z = Z.clone().requires_grad_(True)

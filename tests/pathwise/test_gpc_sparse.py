@@ -146,3 +146,15 @@ def test_sparse_mode_refuses_what_it_cannot_do(params, match):
         y_in = np.array([0, 1] * 10)
     with pytest.raises(ValueError, match=match):
         PathwiseGPClassifier(**params).fit(X_in, y_in)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "fmin_l_bfgs_b"])
+def test_default_kernel_has_no_hyperparameters_but_z_is_learnt(optimizer):
+    # kernel=None is scikit-learn's fixed C(1) * RBF(1): nothing in theta to fit, but the
+    # inducing inputs still move (the "adam" route once indexed the empty bounds)
+    est = PathwiseGPClassifier(n_inducing=6, optimizer=optimizer, max_iter=3, tol=None,
+                               random_state=0, device="cpu").fit(X, Y_BIN)
+    assert est.kernel_.n_dims == 0 and est.score(X, Y_BIN) > 0.7
+    Z0 = PathwiseGPClassifier(n_inducing=6, optimizer=None, random_state=0,
+                              device="cpu").fit(X, Y_BIN).inducing_points_
+    assert np.abs(est.inducing_points_ - Z0).max() > 1e-4
