@@ -3,28 +3,23 @@
 from numbers import Integral, Real
 
 import numpy as np
-import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ConstantKernel, Kernel
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
-    Interval, StrOptions, TorchEstimatorMixin, array_bytes, check_magnitude, check_memory,
-    draw_seed, encode_classes, rows_per_chunk, to_numpy, to_probabilities,
+    Interval, StrOptions, TorchEstimatorMixin, check_magnitude, check_n_samples,
+    encode_classes, to_numpy,
 )
 from ..kernels import ObjectRows, TorchKernel
-from ._classifier_sparse import check_sparse_options, fit_sparse, is_sparse, sparse_bound
-from ._laplace import LINKS, latent_moments, positive_probability
-from ._laplace_draws import LaplaceDrawsMixin
-from ._laplace_fit import LaplaceFitMixin, LaplaceProblems
-from ._laplace_views import (
-    LaplaceBinaryView, LaplaceEnsembleView, ovo_scores, probabilities_only, select_problems,
-)
+from ._classifier_sparse import SparseClassifierMode, check_sparse_options, is_sparse
+from ._laplace import LINKS
+from ._laplace_draws import draw_latent
+from ._laplace_mode import LaplaceMode
+from ._laplace_views import probabilities_only
 
 
-class PathwiseGPClassifier(LaplaceFitMixin, LaplaceDrawsMixin, ClassifierMixin,
-                           TorchEstimatorMixin, BaseEstimator):
+class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
     """Gaussian process classification by Laplace's method, with latent function draws.
 
     Exact mode reproduces scikit-learn's
@@ -75,7 +70,7 @@ class PathwiseGPClassifier(LaplaceFitMixin, LaplaceDrawsMixin, ClassifierMixin,
     n_inducing, inducing_points, optimize_inducing, max_iter, tol, learning_rate, \
 natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         Options of the sparse variational mode (``n_inducing`` or ``inducing_points``
-        set), validated here; that mode lands with the SVGP engine.
+        set), the whitened SVGP fit.
     n_features : int, default=1024
         Random features of a prior draw in :meth:`sample_functions` (even for
         ``"sincos"``).
@@ -247,7 +242,8 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         return validate_data(self, X, reset=False, **kw)
 
     def fit(self, X, y):
-        """Fit the Laplace approximation (and the kernel hyperparameters).
+        """Fit the Laplace approximation or the sparse variational posterior (and the
+        kernel hyperparameters).
 
         Parameters
         ----------
@@ -263,189 +259,46 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         ------
         ValueError
             For invalid data or options (before any torch work).
-        NotImplementedError
-            In sparse mode (``n_inducing`` or ``inducing_points``), for now.
         skgpx.InsufficientMemoryError
-            If the ``n x n`` matrices cannot fit (before any work).
+            If the mode's matrices cannot fit (before any work).
         """
         self._validate_params()
         self._check_options()
         X, y = self._validate_X(X, reset=True, y=y)
         classes, codes = encode_classes(self, y)
         device, dtype = self._fit_device_dtype()
-        structured = self._structured()
-        if not structured:
+        if not self._structured():
             check_magnitude(X, "X", dtype)
         kernel = (ConstantKernel(1.0, constant_value_bounds="fixed")
                   * RBF(1.0, length_scale_bounds="fixed")) if self.kernel is None \
             else clone(self.kernel)
-        torch_kernel = TorchKernel(kernel)
-        if not structured:
-            torch_kernel.check_n_features(X.shape[1])
-        if is_sparse(self):
-            return self._fit_sparse(kernel, X, classes, codes, device, dtype)
-        self._svgp = None
-        groups = self._problem_groups(codes, len(classes))
-        self._check_fit_memory(groups, len(codes), dtype, device)
-        X_t = (ObjectRows.of(np.copy(X), dtype, device) if structured
-               else self._as_tensor(X, device, dtype))
-        problems = []
-        for rows, labels in groups:
-            index = rows if structured or rows is None else torch.as_tensor(rows,
-                                                                            device=device)
-            Xg = X_t if rows is None else X_t[index]
-            Y = self._as_tensor(np.stack(labels).astype(np.float64), device, dtype)
-            problems.append(LaplaceProblems(torch_kernel, Xg, Y, self.link,
-                                            self.max_iter_predict, self.warm_start))
-        n_problems = sum(p.n_problems for p in problems)
-        starts = self._starts(kernel, n_problems)
-        history = []
-        thetas, lmls = self._optimise(problems, kernel, starts, history)
-        kernels = [kernel.clone_with_theta(theta) for theta in thetas]
-        for k in kernels:
-            if self.optimizer is not None and kernel.n_dims > 0:
-                k._check_bounds_params()
-        theta_t = torch.as_tensor(np.asarray(thetas, dtype=np.float64).reshape(n_problems, -1),
-                                  dtype=dtype, device=device)
-        modes, offset = [], 0
-        for p in problems:
-            members = list(range(p.n_problems))
-            _, mode = p.mode(members, theta_t[offset: offset + p.n_problems])
-            modes.append(mode)
-            offset += p.n_problems
-        if lmls is None:  # no optimisation: scikit-learn's lml at the kernel's theta
-            lmls = np.concatenate([m.lml.cpu().numpy() for m in modes]).astype(np.float64)
-            history.append(-float(np.sum(lmls)))
+        if not self._structured():
+            TorchKernel(kernel).check_n_features(X.shape[1])
+        mode = SparseClassifierMode() if is_sparse(self) else LaplaceMode()
+        mode.fit(self, kernel, X, codes, len(classes), device, dtype)
         self.classes_, self.n_classes_ = classes, len(classes)
         self.X_train_ = np.copy(X) if self.copy_X_train else X
-        self._kernels, self._lml_values = kernels, np.asarray(lmls, dtype=np.float64)
-        self.kernel_ = kernels[0] if len(kernels) == 1 else CompoundKernel(kernels)
-        self.log_marginal_likelihood_value_ = np.float64(np.mean(lmls))
-        self.objective_history_ = [float(v) for v in history]
-        self.n_iter_ = len(history)
         self.device_, self.dtype_ = device, self.dtype
-        self._torch_kernel, self._thetas = torch_kernel, theta_t
-        self._groups = [(p.X, p.Y, mode) for p, mode in zip(problems, modes)]
-        self._shift = None if structured else X_t.mean(0)
-        self._prediction_seed = draw_seed(check_random_state(self.random_state))
-        self.base_estimator_ = self._views()
+        self._mode, self._prediction_seed = mode, mode.seed
+        for name, value in mode.attributes(self).items():
+            setattr(self, name, value)
         return self
-
-    def _fit_sparse(self, kernel, X, classes, codes, device, dtype):
-        rng = check_random_state(self.random_state)
-        mode = fit_sparse(self, kernel, X, codes, len(classes), rng, device, dtype)
-        self.classes_, self.n_classes_ = classes, len(classes)
-        self.X_train_ = np.copy(X) if self.copy_X_train else X
-        self.kernel_ = mode.kernel_
-        self._kernels = [mode.kernel_]
-        self.log_marginal_likelihood_value_ = np.float64(mode.elbo)
-        self.objective_history_ = [-float(v) for v in mode.history]
-        self.n_iter_ = max(1, int(mode.n_iter))
-        self.inducing_points_ = to_numpy(mode.Z)
-        self.q_mu_ = to_numpy(mode.q_mu)
-        self.q_sqrt_ = to_numpy(mode.q_sqrt)
-        self.jitter_ = float(mode.jitter_)
-        self.device_, self.dtype_ = device, self.dtype
-        self._svgp, self._codes = mode, codes
-        self._torch_kernel, self._thetas = mode.torch_kernel, mode.theta[None, :]
-        self._shift = self._as_tensor(X, device, dtype).mean(0)
-        self._prediction_seed = draw_seed(rng)
-        return self
-
-    def _problem_groups(self, codes, n_classes):
-        """Binary problems as ``(rows, [labels...])`` groups sharing their rows."""
-        if n_classes == 2:
-            return [(None, [codes])]
-        if self.multi_class == "one_vs_rest":
-            return [(None, [codes == c for c in range(n_classes)])]
-        groups = []
-        for i in range(n_classes):
-            for j in range(i + 1, n_classes):
-                rows = np.flatnonzero((codes == i) | (codes == j))
-                groups.append((rows, [codes[rows] == j]))
-        return groups
-
-    def _check_fit_memory(self, groups, n_rows, dtype, device):
-        # K, B/L and the Newton temporaries per problem; when fitting also R, C and G, and
-        # one problem's kernel graph at a time
-        per_problem = 8 if self.optimizer is not None else 4
-        largest = max(len(labels) * (n_rows if rows is None else len(rows)) ** 2
-                      for rows, labels in groups)
-        check_memory(
-            per_problem * array_bytes(largest, dtype=dtype),
-            what=f"PathwiseGPClassifier (exact Laplace mode) on {n_rows} rows "
-                 f"({per_problem} dense n x n matrices per binary problem)",
-            way_out="use the sparse mode (n_inducing=256), fewer rows, or a GPU "
-                    "(device='cuda')", device=device)
-
-    def _views(self):
-        if self.n_classes_ == 2:
-            return LaplaceBinaryView(self, 0, self.classes_)
-        if self.multi_class == "one_vs_rest":
-            views = [LaplaceBinaryView(self, c, [0, 1]) for c in range(self.n_classes_)]
-        else:
-            n = self.n_classes_
-            pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-            views = [LaplaceBinaryView(self, k, self.classes_[list(pair)])
-                     for k, pair in enumerate(pairs)]
-        return LaplaceEnsembleView(self.multi_class, views, self.classes_)
-
-    def _posteriors(self):
-        """The Gaussian posteriors of the latent functions, for the draws."""
-        if self._svgp is not None:
-            return [self._svgp.posterior(self._shift, self.n_features_in_)]
-        return super()._posteriors()
 
     # ------------------------------------------------------------ prediction
 
     def _query(self, X):
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
+        theta = self._mode.theta
         if self._structured():
-            return ObjectRows.of(np.copy(X), self._thetas.dtype, self._thetas.device)
-        check_magnitude(X, "X", self._thetas.dtype)
-        return self._as_tensor(X, self._thetas.device, self._thetas.dtype)
+            return ObjectRows.of(np.copy(X), theta.dtype, theta.device)
+        check_magnitude(X, "X", theta.dtype)
+        return self._as_tensor(X, theta.device, theta.dtype)
 
     def _latent(self, Xq, problems=None):
         """Latent mean and variance (P, m) numpy of the binary problems at validated rows."""
-        mean, var = self._latent_torch(Xq, problems)
+        mean, var = self._mode.latent(Xq, problems)
         return to_numpy(mean), to_numpy(var)
-
-    def _latent_torch(self, Xq, problems=None):
-        if self._svgp is not None:
-            with torch.no_grad():
-                mean, var = self._svgp.latent_mean_and_variance(Xq)
-            keep = slice(None) if problems is None else list(problems)
-            return mean.T[keep], var.T[keep]
-        means, variances, offset = [], [], 0
-        for X_g, Y_g, mode in self._groups:
-            members = [c for c in range(offset, offset + Y_g.shape[0])
-                       if problems is None or c in problems]
-            local = [c - offset for c in members]
-            offset += Y_g.shape[0]
-            if not members:
-                continue
-            sub = select_problems(mode, local)
-            m = Xq.shape[0]
-            step = rows_per_chunk(self.batch_size, len(members) * X_g.shape[0],
-                                  self._thetas.device)
-            mean = self._thetas.new_zeros(len(members), m)
-            var = torch.zeros_like(mean)
-            with torch.no_grad():
-                for i in range(0, m, step):
-                    rows = Xq[i: i + step]
-                    cross = torch.stack([self._torch_kernel(X_g, rows, theta=self._thetas[c])
-                                         for c in members])
-                    diag = torch.stack([self._torch_kernel.diag(rows, self._thetas[c])
-                                        for c in members])
-                    mean[:, i: i + step], var[:, i: i + step] = latent_moments(sub, cross, diag)
-            means.append(mean)
-            variances.append(var)
-        return torch.cat(means), torch.cat(variances)
-
-    def _positive_probability(self, Xq, problems=None):
-        mean, var = self._latent_torch(Xq, problems)
-        return to_numpy(positive_probability(mean, var, self.link))
 
     @probabilities_only
     def predict_proba(self, X):
@@ -468,13 +321,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             AttributeError (the method does not exist there).
         """
         check_is_fitted(self)
-        if self._svgp is not None:
-            with torch.no_grad():
-                return to_probabilities(self._svgp.predict_proba(self._query(X)))
-        p = self._positive_probability(self._query(X))
-        if self.n_classes_ == 2:
-            return np.stack([1.0 - p[0], p[0]], axis=1)
-        return to_probabilities(torch.from_numpy(p.T.copy()))
+        return self._mode.predict_proba(self._query(X))
 
     def predict(self, X):
         """The most probable class (one-vs-one: scikit-learn's votes with confidences).
@@ -489,11 +336,7 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         """
         check_is_fitted(self)
         if self.n_classes_ > 2 and self.multi_class == "one_vs_one":
-            Xq = self._query(X)
-            mean, var = self._latent_torch(Xq)
-            confidences = to_numpy(positive_probability(mean, var, self.link)).T
-            scores = ovo_scores(to_numpy(mean).T > 0, confidences, self.n_classes_)
-            return self.classes_[scores.argmax(axis=1)]
+            return self.classes_[self._mode.ovo_scores(self._query(X)).argmax(axis=1)]
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def latent_mean_and_variance(self, X):
@@ -520,24 +363,62 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         mean, var = self._latent(self._query(X))
         return mean[0], var[0]
 
-    # ------------------------------------------------------------ likelihood
+    def sample_functions(self, n_samples=1, random_state=0):
+        """Draw latent functions from the fitted Gaussian posterior, evaluable anywhere.
 
-    def _problem_lml(self, problem, theta, eval_gradient):
-        """Log marginal likelihood (and gradient) of one binary problem at ``theta``."""
-        offset = 0
-        for X_g, Y_g, mode in self._groups:
-            if problem < offset + Y_g.shape[0]:
-                local = problem - offset
-                evaluator = LaplaceProblems(self._torch_kernel, X_g, Y_g, self.link,
-                                            self.max_iter_predict, self.warm_start)
-                evaluator.f_cache[local] = mode.f[local]
-                values, grads = evaluator.objective([local], theta[None, :], eval_gradient)
-                return np.float64(values[0]), None if grads is None else grads[0]
-            offset += Y_g.shape[0]
-        raise IndexError(problem)
+        Parameters
+        ----------
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=0
+            Seeds the draws; None uses the seed drawn in ``fit``.
+
+        Returns
+        -------
+        functions : PathwiseFunctions or ProblemFunctions
+            Binary: ``functions(X)`` of shape (n_queries, n_samples); several problems:
+            (n_queries, n_problems, n_samples), one kernel per problem.
+
+        Raises
+        ------
+        NotImplementedError
+            For kernels on structured inputs (no random-feature expansion).
+        """
+        check_is_fitted(self)
+        n_samples = check_n_samples(n_samples, minimum=1)
+        if self._structured():
+            raise NotImplementedError(
+                f"sample_functions needs random features, which the kernel {self.kernel} on "
+                "structured inputs (requires_vector_input=False) has no expansion into.")
+        return draw_latent(self, self._mode.posteriors(self.n_features_in_), n_samples,
+                           random_state)
+
+    @probabilities_only
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Class-probability draws: the link of latent draws (one-vs-rest: normalised).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=0
+            As in :meth:`sample_functions`.
+
+        Returns
+        -------
+        proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
+            The layout of ``DeepQEPClassifier.sample_y``.
+        """
+        check_is_fitted(self)
+        Xq = self._query(X)
+        functions = self.sample_functions(n_samples, random_state)
+        return to_numpy(self._mode.draw_probabilities(functions(Xq)))
+
+    # ------------------------------------------------------------ likelihood
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
         """Approximate log marginal likelihood of ``theta`` (GPML eq. 3.32 and Alg. 5.1).
+
+        In sparse mode: the bound (ELBO) at the fitted ``q(u)`` and inducing points.
 
         Parameters
         ----------
@@ -560,33 +441,8 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        theta = np.asarray(theta, dtype=np.float64)
-        n_problems, n_dims = len(self._kernels), self._kernels[0].n_dims
-        if self._svgp is not None:  # the bound, q(u) at its optimum for theta (Z fitted)
-            result = sparse_bound(self, theta, eval_gradient)
-            if not clone_kernel:
-                self.kernel_.theta = theta
-            return result
-        if n_problems == 1:
-            value, grad = self._problem_lml(0, theta, eval_gradient)
-            thetas = [theta]
-        else:
-            if eval_gradient:
-                raise NotImplementedError(
-                    "Gradient of log-marginal-likelihood not implemented for multi-class GPC.")
-            if theta.shape[0] == n_dims:
-                thetas = [theta] * n_problems
-            elif theta.shape[0] == n_dims * n_problems:
-                thetas = np.split(theta, n_problems)
-            else:
-                raise ValueError("Shape of theta must be either %d or %d. Obtained theta with "
-                                 "shape %d." % (n_dims, n_dims * n_problems, theta.shape[0]))
-            value = np.float64(np.mean([self._problem_lml(c, t, False)[0]
-                                        for c, t in enumerate(thetas)]))
-        if not clone_kernel:
-            for kernel, t in zip(self._kernels, thetas):
-                kernel.theta = t
-        return (value, grad) if eval_gradient else value
+        return self._mode.log_marginal_likelihood(
+            self, np.asarray(theta, dtype=np.float64), eval_gradient, clone_kernel)
 
 
 __all__ = ["PathwiseGPClassifier"]

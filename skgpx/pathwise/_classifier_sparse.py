@@ -12,14 +12,17 @@ problems are encoded as columns of the label matrix given to the engine:
 """
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from sklearn.base import clone
-from sklearn.utils import check_array
+from sklearn.utils import check_array, check_random_state
 
-from .._base import check_memory, rows_per_chunk
+from .._base import check_memory, draw_seed, rows_per_chunk, to_numpy, to_probabilities
 from ..kernels import TorchKernel
+from ._engine import Mode
+from ._laplace_draws import link_probabilities
 from ._likelihoods import Bernoulli, Softmax
 from ._sparse import Rows, initial_inducing_points
 from ._svgp_fit import SVGPMode
@@ -93,52 +96,104 @@ def restart_kernels(est, kernel, rng):
     return kernels
 
 
-def fit_sparse(est, kernel, X, codes, n_classes, rng, device, dtype):
-    """Fit the SVGP engine; returns the fitted :class:`SVGPMode` with the best bound."""
-    Y, multi_class = encode_latents(codes, n_classes, est.multi_class)
-    check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device)
-    Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
-    X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
-    rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
-    if multi_class == "softmax":
-        likelihood = Softmax(est.n_mc_samples, seed=int(rng.randint(2**31 - 1)))
-    else:
-        likelihood = Bernoulli(est.link, est.n_quadrature)
-    best = None
-    for start in restart_kernels(est, kernel, rng):
-        mode = SVGPMode(
-            clone(start), likelihood, multi_class=multi_class,
-            optimizer=est.optimizer,
-            max_iter=est.max_iter, tol=est.tol, learning_rate=est.learning_rate,
-            natgrad_step=est.natgrad_step, minibatch_size=est.minibatch_size,
-            optimize_inducing=est.optimize_inducing, jitter=est.jitter,
-            batch_size=est.batch_size, verbose=est.verbose)
-        mode.fit(rows, Z0, rng)
-        if best is None or mode.elbo > best.elbo:
-            best = mode
-    return best
+@dataclass
+class SparseClassifierMode(Mode):
+    """The fitted :class:`~skgpx.pathwise._svgp_fit.SVGPMode` with the best bound over
+    the restarts, answering as the classifier's modes do (``_engine``)."""
+
+    svgp: SVGPMode = None
+    codes: np.ndarray = None  # (n,) class codes of the training rows
+    n_classes: int = 2
+    multi_class: str = "one_vs_rest"  # the estimator's option
+    link: str = "logit"
+    seed: int = 0  # prediction seed drawn after the fit
+
+    def fit(self, est, kernel, X, codes, n_classes, device, dtype):
+        """Fit the SVGP engine from each restart's kernel; keep the best bound."""
+        rng = check_random_state(est.random_state)
+        Y, multi_class = encode_latents(codes, n_classes, est.multi_class)
+        check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device)
+        Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
+        X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
+        rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
+        if multi_class == "softmax":
+            likelihood = Softmax(est.n_mc_samples, seed=int(rng.randint(2**31 - 1)))
+        else:
+            likelihood = Bernoulli(est.link, est.n_quadrature)
+        best = None
+        for start in restart_kernels(est, kernel, rng):
+            svgp = SVGPMode(
+                clone(start), likelihood, multi_class=multi_class,
+                optimizer=est.optimizer,
+                max_iter=est.max_iter, tol=est.tol, learning_rate=est.learning_rate,
+                natgrad_step=est.natgrad_step, minibatch_size=est.minibatch_size,
+                optimize_inducing=est.optimize_inducing, jitter=est.jitter,
+                batch_size=est.batch_size, verbose=est.verbose)
+            svgp.fit(rows, Z0, rng)
+            if best is None or svgp.elbo > best.elbo:
+                best = svgp
+        self.svgp, self.codes, self.n_classes = best, codes, n_classes
+        self.multi_class, self.link = est.multi_class, est.link
+        self.kernel, self.theta, self.lml = best.torch_kernel, best.theta, np.float64(best.elbo)
+        self.jitter, self.shift = float(best.jitter_), X_t.mean(0)
+        self.seed = draw_seed(rng)
+        return self
+
+    def attributes(self, est):
+        """The public fitted attributes: the kernel, the bound and its history, ``Z`` and
+        ``q(u)``."""
+        svgp = self.svgp
+        return {"kernel_": svgp.kernel_, "log_marginal_likelihood_value_": self.lml,
+                "objective_history_": [-float(v) for v in svgp.history],
+                "n_iter_": max(1, int(svgp.n_iter)), "inducing_points_": to_numpy(svgp.Z),
+                "q_mu_": to_numpy(svgp.q_mu), "q_sqrt_": to_numpy(svgp.q_sqrt),
+                "jitter_": self.jitter}
+
+    def latent(self, Xq, problems=None):
+        """Latent mean and variance (L, n*) of ``q(f)`` at ``Xq`` (the latents
+        ``problems``, or all)."""
+        with torch.no_grad():
+            mean, var = self.svgp.latent_mean_and_variance(Xq)
+        keep = slice(None) if problems is None else list(problems)
+        return mean.T[keep], var.T[keep]
+
+    def predict_proba(self, Xq):
+        """Class probabilities (n*, C), numpy."""
+        with torch.no_grad():
+            return to_probabilities(self.svgp.predict_proba(Xq))
+
+    def posteriors(self, n_features_in):
+        """The posterior of ``q(u)`` for the draws (one, of all the latents)."""
+        return [self.svgp.posterior(self.shift, n_features_in)]
+
+    def draw_probabilities(self, f):
+        """Class-probability draws (n*, C, S) of latent draws ``f``."""
+        return link_probabilities(f, self.link, self.n_classes,
+                                  softmax=self.svgp.multi_class == "softmax")
+
+    def log_marginal_likelihood(self, est, theta, eval_gradient, clone_kernel=True):
+        """The bound ``ELBO(q, theta)`` at the fitted ``q(u)`` and ``Z`` (and its gradient
+        in theta) on the training rows ``est.X_train_``: at the fitted theta it is
+        ``log_marginal_likelihood_value_``.  Computed on a copy of the fitted engine;
+        ``clone_kernel=False`` sets ``kernel_.theta``."""
+        svgp = copy.copy(self.svgp)
+        Z = svgp.Z
+        X = est._as_tensor(np.asarray(est.X_train_, dtype=np.float64), Z.device, Z.dtype)
+        Y, _ = encode_latents(self.codes, self.n_classes, self.multi_class)
+        rows = Rows(X, est._as_tensor(Y, Z.device, Z.dtype), X.new_zeros(X.shape[0]))
+        theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=Z.dtype,
+                                  device=Z.device)
+        if theta_t.shape != svgp.theta.shape:
+            raise ValueError(f"theta has {theta_t.shape[0]} entries, but the kernel has "
+                             f"{svgp.theta.shape[0]} free hyperparameters.")
+        svgp.torch_kernel = TorchKernel(svgp.kernel_)
+        ev = svgp._objective(rows, svgp.q, theta_t, Z, eval_gradient)
+        value = np.float64(ev.elbo)
+        if not clone_kernel:
+            self.svgp.kernel_.theta = theta
+        if not eval_gradient:
+            return value
+        return value, ev.grad_theta.detach().cpu().numpy().astype(np.float64)
 
 
-def sparse_bound(est, theta, eval_gradient):
-    """The bound ``ELBO(q, theta)`` at the fitted ``q(u)`` and ``Z`` (and its gradient in
-    theta): at the fitted theta it is ``log_marginal_likelihood_value_``.  Computed on a
-    copy of the fitted engine, so ``est`` is not written to."""
-    mode = copy.copy(est._svgp)
-    X = est._as_tensor(np.asarray(est.X_train_, dtype=np.float64), mode.Z.device, mode.Z.dtype)
-    Y, _ = encode_latents(est._codes, est.n_classes_, est.multi_class)
-    Y_t = est._as_tensor(Y, mode.Z.device, mode.Z.dtype)
-    rows = Rows(X, Y_t, X.new_zeros(X.shape[0]))
-    theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=mode.Z.dtype,
-                              device=mode.Z.device)
-    if theta_t.shape != mode.theta.shape:
-        raise ValueError(f"theta has {theta_t.shape[0]} entries, but the kernel has "
-                         f"{mode.theta.shape[0]} free hyperparameters.")
-    mode.torch_kernel = TorchKernel(mode.kernel_)
-    ev = mode._objective(rows, mode.q, theta_t, mode.Z, eval_gradient)
-    value = np.float64(ev.elbo)
-    if not eval_gradient:
-        return value
-    return value, ev.grad_theta.detach().cpu().numpy().astype(np.float64)
-
-
-__all__ = ["check_sparse_options", "fit_sparse", "is_sparse", "sparse_bound"]
+__all__ = ["SparseClassifierMode", "check_sparse_options", "is_sparse"]

@@ -19,14 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sklearn.gaussian_process.kernels import ConstantKernel
-from sklearn.utils.validation import check_is_fitted
 
-from .._base import check_draw_memory, check_n_samples, prediction_generator, to_numpy
-from ..kernels import split_white_noise
+from .._base import check_draw_memory, prediction_generator
 from ..linalg import cholesky_solve
 from ._functions import PathwiseFunctions
-from ._laplace_views import probabilities_only
 from ._predict import TargetStreams, draw_functions
 
 
@@ -106,95 +102,36 @@ def combine(functions):
     return ProblemFunctions(functions)
 
 
-class LaplaceDrawsMixin:
-    """PathwiseGPClassifier's latent and probability draws."""
-
-    def _posteriors(self):
-        """One LaplacePosterior per binary problem, at the fitted hyperparameters (also
-        after ``log_marginal_likelihood(..., clone_kernel=False)`` moved ``kernel_``)."""
-        posts, offset = [], 0
-        for X_g, Y_g, mode in self._groups:
-            for local in range(Y_g.shape[0]):
-                c = offset + local
-                fitted = self._kernels[c].clone_with_theta(to_numpy(self._thetas[c]))
-                signal, white = split_white_noise(fitted)
-                posts.append(LaplacePosterior(
-                    kernel=self._torch_kernel, signal_kernel=signal or ConstantKernel(0.0),
-                    theta=self._thetas[c], X=X_g, g=mode.g[local], W_sr=mode.W_sr[local],
-                    L=mode.L[local], white=white, shift=self._shift,
-                    n_features_in=self.n_features_in_))
-            offset += Y_g.shape[0]
-        return posts
-
-    def sample_functions(self, n_samples=1, random_state=0):
-        """Draw latent functions from the Laplace posterior, evaluable anywhere.
-
-        Parameters
-        ----------
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=0
-            Seeds the draws; None uses the seed drawn in ``fit``.
-
-        Returns
-        -------
-        functions : PathwiseFunctions or ProblemFunctions
-            Binary: ``functions(X)`` of shape (n_queries, n_samples); several problems:
-            (n_queries, n_problems, n_samples), one kernel per problem.
-
-        Raises
-        ------
-        NotImplementedError
-            For kernels on structured inputs (no random-feature expansion).
-        """
-        check_is_fitted(self)
-        n_samples = check_n_samples(n_samples, minimum=1)
-        if self._structured():
-            raise NotImplementedError(
-                f"sample_functions needs random features, which the kernel {self.kernel} on "
-                "structured inputs (requires_vector_input=False) has no expansion into.")
-        posts = self._posteriors()
-        n_train = max(p.centers.shape[0] for p in posts)
-        check_draw_memory(n_samples, len(posts) * (2 * self.n_features + 4 * n_train),
-                          what="PathwiseGPClassifier.sample_functions",
-                          way_out="ask for fewer draws (n_samples) per call",
-                          device=self.device_)
-        generator = prediction_generator(self, random_state)
-        with torch.no_grad():
-            return combine([draw_functions(
-                post, n_samples, generator, n_features=self.n_features,
-                feature_map=self.feature_map, shared_basis=True, method="pathwise",
-                batch_size=self.batch_size) for post in posts])
-
-    @probabilities_only
-    def sample_y(self, X, n_samples=1, random_state=0):
-        """Class-probability draws: the link of latent draws (one-vs-rest: normalised).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=0
-            As in :meth:`sample_functions`.
-
-        Returns
-        -------
-        proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
-            The layout of ``DeepQEPClassifier.sample_y``.
-        """
-        check_is_fitted(self)
-        Xq = self._query(X)
-        functions = self.sample_functions(n_samples, random_state)
-        f = functions(Xq)  # (m, S) or (m, C, S), torch
-        f = f[:, None, :] if f.dim() == 2 else f
-        softmax = self._svgp is not None and self._svgp.multi_class == "softmax"
-        p = (torch.softmax(f, dim=1) if softmax else torch.sigmoid(f) if self.link == "logit"
-             else torch.special.ndtr(f))
-        if self.n_classes_ == 2:
-            p = torch.cat([1.0 - p, p], dim=1)
-        elif not softmax:  # one-vs-rest, normalised as predict_proba
-            p = p / p.sum(1, keepdim=True)
-        return to_numpy(p)
+def draw_latent(est, posts, n_samples, random_state):
+    """Latent draws of the posteriors ``posts`` of a fitted classifier ``est`` (its
+    random-feature options, device and prediction seed): PathwiseFunctions for one
+    posterior, a :class:`ProblemFunctions` for several."""
+    n_train = max(p.centers.shape[0] for p in posts)
+    check_draw_memory(n_samples, len(posts) * (2 * est.n_features + 4 * n_train),
+                      what="PathwiseGPClassifier.sample_functions",
+                      way_out="ask for fewer draws (n_samples) per call",
+                      device=est.device_)
+    generator = prediction_generator(est, random_state)
+    with torch.no_grad():
+        return combine([draw_functions(
+            post, n_samples, generator, n_features=est.n_features,
+            feature_map=est.feature_map, shared_basis=True, method="pathwise",
+            batch_size=est.batch_size) for post in posts])
 
 
-__all__ = ["LaplaceDrawsMixin", "LaplacePosterior", "PathwiseFunctions", "ProblemFunctions",
-           "combine"]
+def link_probabilities(f, link, n_classes, softmax=False):
+    """Class-probability draws (n*, C, S) of latent draws ``f`` ((n*, S) or (n*, P, S)):
+    the softmax over the latents, or the link of each (two classes: ``[1 - p, p]``;
+    one-vs-rest: normalised as ``predict_proba``)."""
+    f = f[:, None, :] if f.dim() == 2 else f
+    p = (torch.softmax(f, dim=1) if softmax else torch.sigmoid(f) if link == "logit"
+         else torch.special.ndtr(f))
+    if n_classes == 2:
+        p = torch.cat([1.0 - p, p], dim=1)
+    elif not softmax:
+        p = p / p.sum(1, keepdim=True)
+    return p
+
+
+__all__ = ["LaplacePosterior", "PathwiseFunctions", "ProblemFunctions", "combine",
+           "draw_latent", "link_probabilities"]

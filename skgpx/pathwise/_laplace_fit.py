@@ -226,84 +226,84 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
     return results
 
 
-class LaplaceFitMixin:
-    """PathwiseGPClassifier's optimizer runs, as scikit-learn makes them."""
+def restart_thetas(est, kernel, n_problems):
+    """Each problem's starting thetas, drawing from ``est.random_state`` as scikit-learn
+    does: binary uses ``random_state`` itself, several problems a clone each."""
+    starts = []
+    for _ in range(n_problems):
+        rng = check_random_state(est.random_state if n_problems == 1
+                                 else clone(est.random_state, safe=False))
+        runs = [kernel.theta]
+        if est.optimizer is not None and kernel.n_dims > 0 and est.n_restarts_optimizer:
+            bounds = kernel.bounds
+            if not np.isfinite(bounds).all():
+                raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
+                                 "requires that all bounds are finite.")
+            runs += [np.exp(rng.uniform(bounds[:, 0], bounds[:, 1]))
+                     for _ in range(est.n_restarts_optimizer)]
+        starts.append(runs)
+    return starts
 
-    def _starts(self, kernel, n_problems):
-        """Each problem's starting thetas, drawing from the random state as scikit-learn
-        does: binary uses ``random_state`` itself, several problems a clone each."""
-        starts = []
-        for _ in range(n_problems):
-            rng = check_random_state(self.random_state if n_problems == 1
-                                     else clone(self.random_state, safe=False))
-            runs = [kernel.theta]
-            if self.optimizer is not None and kernel.n_dims > 0 and self.n_restarts_optimizer:
-                bounds = kernel.bounds
-                if not np.isfinite(bounds).all():
-                    raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
-                                     "requires that all bounds are finite.")
-                runs += [np.exp(rng.uniform(bounds[:, 0], bounds[:, 1]))
-                         for _ in range(self.n_restarts_optimizer)]
-            starts.append(runs)
-        return starts
 
-    def _optimise(self, problems, kernel, starts, history):
-        """Best theta and lml per problem (None for the lml when nothing is fitted)."""
-        n_problems = len(starts)
-        if self.optimizer is None or kernel.n_dims == 0:
-            return [kernel.theta] * n_problems, None
-        best = [None] * n_problems
-        with progress_bar(self.verbose, "PathwiseGPClassifier fit") as bar:
-            def on_round(values):
-                history.append(float(np.sum(values)))
-                bar.update(1)
-                bar.set_postfix(neg_log_marginal_likelihood=f"{history[-1]:.6g}")
+def optimise(est, problems, kernel, starts, history):
+    """Best theta and lml per problem (None for the lml when nothing is fitted), by the
+    optimizer of ``est`` from ``starts``; appends each batched evaluation to ``history``."""
+    n_problems = len(starts)
+    if est.optimizer is None or kernel.n_dims == 0:
+        return [kernel.theta] * n_problems, None
+    best = [None] * n_problems
+    with progress_bar(est.verbose, "PathwiseGPClassifier fit") as bar:
+        def on_round(values):
+            history.append(float(np.sum(values)))
+            bar.update(1)
+            bar.set_postfix(neg_log_marginal_likelihood=f"{history[-1]:.6g}")
 
-            offset = 0
-            for p in problems:
-                members = list(range(offset, offset + p.n_problems))
-                for run in range(len(starts[offset])):
-                    x0 = [starts[c][run] for c in members]
-                    for c, (theta, fmin) in zip(members, self._run(p, offset, x0, kernel,
-                                                                   on_round)):
-                        if best[c] is None or fmin < best[c][1]:
-                            best[c] = (theta, fmin)
-                        if self.verbose >= 2:
-                            bar.write(f"problem {c} run {run}: neg log marginal likelihood "
-                                      f"{fmin:.6g}", file=sys.stderr)
-                offset += p.n_problems
-        return [b[0] for b in best], [-b[1] for b in best]
+        offset = 0
+        for p in problems:
+            members = list(range(offset, offset + p.n_problems))
+            for run in range(len(starts[offset])):
+                x0 = [starts[c][run] for c in members]
+                for c, (theta, fmin) in zip(members, _runs(est.optimizer, p, x0, kernel,
+                                                           on_round)):
+                    if best[c] is None or fmin < best[c][1]:
+                        best[c] = (theta, fmin)
+                    if est.verbose >= 2:
+                        bar.write(f"problem {c} run {run}: neg log marginal likelihood "
+                                  f"{fmin:.6g}", file=sys.stderr)
+            offset += p.n_problems
+    return [b[0] for b in best], [-b[1] for b in best]
 
-    def _run(self, problems, offset, x0, kernel, on_round):
-        """One optimizer run per problem of ``problems`` (lock step for L-BFGS-B)."""
-        bounds = kernel.bounds
 
-        def evaluate(members, thetas, eval_gradient=True):
-            values, grads = problems.objective(members, thetas, eval_gradient)
-            return -values, (None if grads is None else -grads)
+def _runs(optimizer, problems, x0, kernel, on_round):
+    """One optimizer run per problem of ``problems`` (lock step for L-BFGS-B)."""
+    bounds = kernel.bounds
 
-        if self.optimizer == "fmin_l_bfgs_b":
-            results = lockstep_lbfgs(evaluate, x0, bounds, on_round)
-            out = []
-            for result in results:
-                if result.status != 0:  # scikit-learn's _check_optimize_result("lbfgs")
-                    warnings.warn(
-                        f"lbfgs failed to converge after {result.nit} iteration(s) "
-                        f"(status={result.status}):\n{result.message}\n\nYou might also "
-                        "want to scale the data as shown in:\n    https://scikit-learn."
-                        "org/stable/modules/preprocessing.html", ConvergenceWarning)
-                out.append((np.asarray(result.x, dtype=np.float64), float(result.fun)))
-            return out
+    def evaluate(members, thetas, eval_gradient=True):
+        values, grads = problems.objective(members, thetas, eval_gradient)
+        return -values, (None if grads is None else -grads)
+
+    if optimizer == "fmin_l_bfgs_b":
+        results = lockstep_lbfgs(evaluate, x0, bounds, on_round)
         out = []
-        for i, theta0 in enumerate(x0):  # a user's callable: one problem at a time
-            def obj_func(theta, eval_gradient=True, i=i):
-                values, grads = evaluate([i], np.atleast_2d(theta), eval_gradient)
-                on_round(values)
-                return (values[0], grads[0]) if eval_gradient else values[0]
-
-            theta, fmin = self.optimizer(obj_func, theta0, bounds=bounds)
-            out.append((np.asarray(theta, dtype=np.float64), float(fmin)))
+        for result in results:
+            if result.status != 0:  # scikit-learn's _check_optimize_result("lbfgs")
+                warnings.warn(
+                    f"lbfgs failed to converge after {result.nit} iteration(s) "
+                    f"(status={result.status}):\n{result.message}\n\nYou might also "
+                    "want to scale the data as shown in:\n    https://scikit-learn."
+                    "org/stable/modules/preprocessing.html", ConvergenceWarning)
+            out.append((np.asarray(result.x, dtype=np.float64), float(result.fun)))
         return out
+    out = []
+    for i, theta0 in enumerate(x0):  # a user's callable: one problem at a time
+        def obj_func(theta, eval_gradient=True, i=i):
+            values, grads = evaluate([i], np.atleast_2d(theta), eval_gradient)
+            on_round(values)
+            return (values[0], grads[0]) if eval_gradient else values[0]
+
+        theta, fmin = optimizer(obj_func, theta0, bounds=bounds)
+        out.append((np.asarray(theta, dtype=np.float64), float(fmin)))
+    return out
 
 
-__all__ = ["LaplaceFitMixin", "LaplaceProblems", "lockstep_lbfgs"]
+__all__ = ["LaplaceProblems", "lockstep_lbfgs", "optimise", "restart_thetas"]

@@ -33,11 +33,11 @@ class LaplaceBinaryView:
 
     @property
     def kernel_(self):
-        return self._owner._kernels[self._index]
+        return self._owner._mode.kernels[self._index]
 
     @property
     def log_marginal_likelihood_value_(self):
-        return np.float64(self._owner._lml_values[self._index])
+        return np.float64(self._owner._mode.lml_values[self._index])
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """This problem's log marginal likelihood (and gradient) at ``theta``."""
@@ -45,8 +45,8 @@ class LaplaceBinaryView:
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        value, grad = self._owner._problem_lml(self._index, np.asarray(theta, dtype=float),
-                                               eval_gradient)
+        value, grad = self._owner._mode.problem_lml(
+            self._index, np.asarray(theta, dtype=float), eval_gradient)
         return (value, grad) if eval_gradient else value
 
     def latent_mean_and_variance(self, X):
@@ -56,7 +56,7 @@ class LaplaceBinaryView:
 
     def predict_proba(self, X):
         """Probabilities of ``classes_`` for this problem alone: (n, 2)."""
-        p = self._owner._positive_probability(X, problems=[self._index])[0]
+        p = self._owner._mode.positive_probability(X, problems=[self._index])[0]
         return np.stack([1.0 - p, p], axis=1)
 
 
@@ -127,9 +127,6 @@ def select_problems(mode, members):
     index = torch.as_tensor(members, device=mode.lml.device)
     return type(mode)(**{name: getattr(mode, name)[index.to(getattr(mode, name).device)]
                          for name in mode.__dataclass_fields__})
-
-
-__all__ = ["PathwiseGPClassifier"]
 
 
 __all__ = ["LaplaceBinaryView", "LaplaceEnsembleView", "NoProbabilitiesError", "ovo_scores",
