@@ -19,6 +19,10 @@ from ._laplace_mode import LaplaceMode
 from ._laplace_views import probabilities_only
 
 
+# fitted attributes that only one of the modes sets
+MODE_ATTRIBUTES = ("base_estimator_", "inducing_points_", "q_mu_", "q_sqrt_", "jitter_")
+
+
 class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
     """Gaussian process classification by Laplace's method, with latent function draws.
 
@@ -280,6 +284,8 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.device_, self.dtype_ = device, self.dtype
         self._mode, self._prediction_seed = mode, mode.seed
+        for name in MODE_ATTRIBUTES:  # a refit in the other mode leaves none of the old
+            self.__dict__.pop(name, None)
         for name, value in mode.attributes(self).items():
             setattr(self, name, value)
         return self

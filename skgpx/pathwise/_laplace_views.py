@@ -51,12 +51,13 @@ class LaplaceBinaryView:
 
     def latent_mean_and_variance(self, X):
         """Latent mean and variance of this problem at X (validated by the owner)."""
-        mean, var = self._owner._latent(X, problems=[self._index])
+        mean, var = self._owner._latent(self._owner._query(X), problems=[self._index])
         return mean[0], var[0]
 
     def predict_proba(self, X):
         """Probabilities of ``classes_`` for this problem alone: (n, 2)."""
-        p = self._owner._mode.positive_probability(X, problems=[self._index])[0]
+        p = self._owner._mode.positive_probability(self._owner._query(X),
+                                                   problems=[self._index])[0]
         return np.stack([1.0 - p, p], axis=1)
 
 

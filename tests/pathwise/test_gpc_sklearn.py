@@ -387,3 +387,17 @@ def test_parity_on_breast_cancer_and_iris(loader):
     _assert_parity(ours, theirs, X_test)
     assert ours.log_marginal_likelihood(ours.kernel_.theta) == pytest.approx(
         theirs.log_marginal_likelihood(theirs.kernel_.theta), abs=TOL)
+
+
+def test_base_estimator_views_answer_as_sklearns_binary_estimators():
+    # base_estimator_.estimators_[c] is the binary problem of class c, as scikit-learn's
+    # OneVsRestClassifier holds them; its methods take raw rows like theirs
+    ours = PathwiseGPClassifier(kernel=kernels[2]).fit(X, y_mc)
+    theirs = GaussianProcessClassifier(kernel=kernels[2]).fit(X, y_mc)
+    for view, binary in zip(ours.base_estimator_.estimators_,
+                            theirs.base_estimator_.estimators_):
+        assert_allclose(view.predict_proba(X2), binary.predict_proba(X2), atol=1e-6)
+        for a, b in zip(view.latent_mean_and_variance(X2),
+                        binary.latent_mean_and_variance(X2)):
+            assert_allclose(a, b, atol=1e-6)
+        assert_allclose(view.kernel_.theta, binary.kernel_.theta, atol=1e-6)

@@ -158,3 +158,12 @@ def test_default_kernel_has_no_hyperparameters_but_z_is_learnt(optimizer):
     Z0 = PathwiseGPClassifier(n_inducing=6, optimizer=None, random_state=0,
                               device="cpu").fit(X, Y_BIN).inducing_points_
     assert np.abs(est.inducing_points_ - Z0).max() > 1e-4
+
+
+def test_refit_in_the_other_mode_leaves_no_attribute_of_the_first():
+    est = PathwiseGPClassifier(KERNEL, n_inducing=6, max_iter=3, random_state=0,
+                               device="cpu").fit(X, Y_MC)
+    assert hasattr(est, "inducing_points_") and not hasattr(est, "base_estimator_")
+    est.set_params(n_inducing=None).fit(X, Y_MC)
+    assert hasattr(est, "base_estimator_")
+    assert not any(hasattr(est, a) for a in ("inducing_points_", "q_mu_", "q_sqrt_"))
