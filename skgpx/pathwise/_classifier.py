@@ -11,6 +11,7 @@ from .._base import (
     Interval, StrOptions, TorchEstimatorMixin, check_magnitude, check_n_samples,
     encode_classes, to_numpy,
 )
+from .._dask import dask_class_labels, dask_summaries, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel
 from ._classifier_sparse import SparseClassifierMode, check_sparse_options, is_sparse
 from ._laplace import LINKS
@@ -268,20 +269,32 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         """
         self._validate_params()
         self._check_options()
+        if is_dask_collection(X) or is_dask_collection(y):
+            return self._fit_dask(X, y)
         X, y = self._validate_X(X, reset=True, y=y)
         classes, codes = encode_classes(self, y)
         device, dtype = self._fit_device_dtype()
         if not self._structured():
             check_magnitude(X, "X", dtype)
-        kernel = (ConstantKernel(1.0, constant_value_bounds="fixed")
-                  * RBF(1.0, length_scale_bounds="fixed")) if self.kernel is None \
-            else clone(self.kernel)
+        kernel = self._initial_kernel()
         if not self._structured():
             TorchKernel(kernel).check_n_features(X.shape[1])
         mode = SparseClassifierMode() if is_sparse(self) else LaplaceMode()
         mode.fit(self, kernel, X, codes, len(classes), device, dtype)
+        return self._store(mode, classes, np.copy(X) if self.copy_X_train else X)
+
+    def _initial_kernel(self):
+        """A clone of ``kernel``; None is scikit-learn's fixed ``C(1.0) * RBF(1.0)``."""
+        if self.kernel is None:
+            return (ConstantKernel(1.0, constant_value_bounds="fixed")
+                    * RBF(1.0, length_scale_bounds="fixed"))
+        return clone(self.kernel)
+
+    def _store(self, mode, classes, X_train):
+        """The fitted attributes of ``mode``, fitted on ``X_train`` (kept as ``X_train_``)."""
+        device, dtype = self._fit_device_dtype()
         self.classes_, self.n_classes_ = classes, len(classes)
-        self.X_train_ = np.copy(X) if self.copy_X_train else X
+        self.X_train_ = X_train
         self.device_, self.dtype_ = device, self.dtype
         self._mode, self._prediction_seed = mode, mode.seed
         for name in MODE_ATTRIBUTES:  # a refit in the other mode leaves none of the old
@@ -289,6 +302,28 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
         for name, value in mode.attributes(self).items():
             setattr(self, name, value)
         return self
+
+    def _fit_dask(self, X, y):
+        """Sparse fit on Dask collections: the rows stay on the workers, and every pass
+        of L-BFGS-B's objective is a sum over their blocks (``skgpx._dask.DaskRows``)."""
+        if not is_sparse(self) or self._structured():
+            raise ValueError(
+                "Fitting on Dask collections needs the sparse mode: set n_inducing (say 256) "
+                "or inducing_points. The exact Laplace mode needs the n x n kernel matrix in "
+                "one process; call fit on in-memory arrays for it.")
+        X, Y, classes, feature_names = dask_class_labels(X, y, self.multi_class)
+        self.n_features_in_ = X.shape[1]  # what validate_data(reset=True) records
+        if feature_names is not None:
+            self.feature_names_in_ = feature_names
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        device, dtype = self._fit_device_dtype()
+        kernel = self._initial_kernel()
+        TorchKernel(kernel).check_n_features(X.shape[1])
+        x_mean, _, _ = dask_summaries(X, Y, dtype)  # finiteness and magnitude, on the workers
+        mode = SparseClassifierMode().fit_dask(self, kernel, X, Y, x_mean, len(classes),
+                                               device, dtype)
+        return self._store(mode, classes, X)
 
     # ------------------------------------------------------------ prediction
 

@@ -68,13 +68,14 @@ def _inducing_inputs(est, X, rng):
     return np.array(Z)
 
 
-def check_sparse_memory(est, n, d, n_latent, dtype, device):
-    """Refuse a sparse fit whose buffers cannot fit: O(L m^2 + chunk m + n d), not O(n m)."""
+def check_sparse_memory(est, n, d, n_latent, dtype, device, rows_here=True):
+    """Refuse a sparse fit whose buffers cannot fit: O(L m^2 + chunk m + n d), not O(n m)
+    (without the ``n d`` when the rows stay on Dask workers)."""
     m = min(est.n_inducing or len(est.inducing_points), n)
     itemsize = 4 if dtype == "float32" else 8
     chunk = rows_per_chunk(est.batch_size, 4 * m * n_latent, device)
     check_memory(itemsize * (10 * m * m * n_latent + 6 * chunk * m * n_latent
-                             + n * (d + n_latent)),
+                             + rows_here * n * (d + n_latent)),
                  what=f"PathwiseGPClassifier (sparse mode) with {m} inducing points and "
                       f"{n_latent} latent functions on {n} rows",
                  way_out="use fewer inducing points (n_inducing) or a smaller batch_size",
@@ -102,20 +103,45 @@ class SparseClassifierMode(Mode):
     the restarts, answering as the classifier's modes do (``_engine``)."""
 
     svgp: SVGPMode = None
-    codes: np.ndarray = None  # (n,) class codes of the training rows
+    codes: np.ndarray = None  # (n,) class codes of the training rows (in memory)
+    dask_labels: object = None  # the latent label matrix (Dask fits): lazy, on the workers
     n_classes: int = 2
     multi_class: str = "one_vs_rest"  # the estimator's option
     link: str = "logit"
     seed: int = 0  # prediction seed drawn after the fit
 
     def fit(self, est, kernel, X, codes, n_classes, device, dtype):
-        """Fit the SVGP engine from each restart's kernel; keep the best bound."""
+        """Fit the SVGP engine on in-memory rows from each restart's kernel; keep the best
+        bound."""
         rng = check_random_state(est.random_state)
         Y, multi_class = encode_latents(codes, n_classes, est.multi_class)
         check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device)
         Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
         X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
         rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
+        self.codes = codes
+        return self._fit_rows(est, kernel, rows, Z0, X_t.mean(0), n_classes, multi_class, rng)
+
+    def fit_dask(self, est, kernel, X, Y, x_mean, n_classes, device, dtype):
+        """Fit on Dask arrays (``skgpx._dask.dask_class_labels``): every pass over the rows
+        is a sum over their blocks, computed where the blocks are (``DaskRows``)."""
+        from .._dask import DaskRows
+
+        if est.optimizer == "adam":
+            raise ValueError("optimizer='adam' (mini-batches) needs the rows in memory; on "
+                             "Dask arrays use the default optimizer='fmin_l_bfgs_b', whose "
+                             "full-data passes are sums over the blocks.")
+        rng = check_random_state(est.random_state)
+        multi_class = "binary" if n_classes == 2 else est.multi_class
+        check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device,
+                            rows_here=False)
+        Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
+        self.dask_labels = Y
+        rows = DaskRows(X, Y, 0.0, dtype, device)
+        shift = est._as_tensor(x_mean, device, dtype)
+        return self._fit_rows(est, kernel, rows, Z0, shift, n_classes, multi_class, rng)
+
+    def _fit_rows(self, est, kernel, rows, Z0, shift, n_classes, multi_class, rng):
         if multi_class == "softmax":
             likelihood = Softmax(est.n_mc_samples, seed=int(rng.randint(2**31 - 1)))
         else:
@@ -123,8 +149,7 @@ class SparseClassifierMode(Mode):
         best = None
         for start in restart_kernels(est, kernel, rng):
             svgp = SVGPMode(
-                clone(start), likelihood, multi_class=multi_class,
-                optimizer=est.optimizer,
+                clone(start), likelihood, multi_class=multi_class, optimizer=est.optimizer,
                 max_iter=est.max_iter, tol=est.tol, learning_rate=est.learning_rate,
                 natgrad_step=est.natgrad_step, minibatch_size=est.minibatch_size,
                 optimize_inducing=est.optimize_inducing, jitter=est.jitter,
@@ -132,10 +157,10 @@ class SparseClassifierMode(Mode):
             svgp.fit(rows, Z0, rng)
             if best is None or svgp.elbo > best.elbo:
                 best = svgp
-        self.svgp, self.codes, self.n_classes = best, codes, n_classes
+        self.svgp, self.n_classes = best, n_classes
         self.multi_class, self.link = est.multi_class, est.link
         self.kernel, self.theta, self.lml = best.torch_kernel, best.theta, np.float64(best.elbo)
-        self.jitter, self.shift = float(best.jitter_), X_t.mean(0)
+        self.jitter, self.shift = float(best.jitter_), shift
         self.seed = draw_seed(rng)
         return self
 
@@ -178,9 +203,14 @@ class SparseClassifierMode(Mode):
         ``clone_kernel=False`` sets ``kernel_.theta``."""
         svgp = copy.copy(self.svgp)
         Z = svgp.Z
-        X = est._as_tensor(np.asarray(est.X_train_, dtype=np.float64), Z.device, Z.dtype)
-        Y, _ = encode_latents(self.codes, self.n_classes, self.multi_class)
-        rows = Rows(X, est._as_tensor(Y, Z.device, Z.dtype), X.new_zeros(X.shape[0]))
+        if self.dask_labels is not None:  # the rows stay where they are
+            from .._dask import DaskRows
+
+            rows = DaskRows(est.X_train_, self.dask_labels, 0.0, Z.dtype, str(Z.device))
+        else:
+            X = est._as_tensor(np.asarray(est.X_train_, dtype=np.float64), Z.device, Z.dtype)
+            Y, _ = encode_latents(self.codes, self.n_classes, self.multi_class)
+            rows = Rows(X, est._as_tensor(Y, Z.device, Z.dtype), X.new_zeros(X.shape[0]))
         theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=Z.dtype,
                                   device=Z.device)
         if theta_t.shape != svgp.theta.shape:
