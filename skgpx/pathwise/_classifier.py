@@ -38,6 +38,14 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
     matrices, their L-BFGS-B runs in lock step).  :meth:`sample_functions` draws the
     latent functions from the Laplace posterior by pathwise conditioning [2]_.
 
+    Sparse mode (``n_inducing`` or ``inducing_points`` set) is a whitened sparse
+    variational GP [3]_: ``q(v) = N(m, S)`` per latent function at inducing inputs ``Z``
+    (``u = L_zz v``), the expected log-likelihood by Gauss-Hermite quadrature (Bernoulli)
+    or Monte Carlo (softmax), natural-gradient steps on ``q`` and Adam (mini-batches) or
+    L-BFGS-B (full-data passes, also on Dask arrays) on ``theta`` and ``Z`` [4]_.  Several
+    classes are one-vs-rest or a softmax over latents that share ``Z`` and the kernel.
+    Its draws update a random-feature prior by ``u ~ q(u)``.
+
     Parameters
     ----------
     kernel : kernel instance, default=None
@@ -48,7 +56,10 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         Maximises the approximate log marginal likelihood over ``theta`` as scikit-learn
         does (scipy's L-BFGS-B with its default options).  A callable has scikit-learn's
         signature ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)``.
-        None keeps the kernel's hyperparameters.  ``"adam"`` belongs to the sparse mode.
+        None keeps the kernel's hyperparameters.  Sparse mode: L-BFGS-B (or the callable)
+        on the bound over full-data passes with ``q`` brought to its optimum at each
+        evaluation; ``"adam"`` (sparse mode only) takes one natural step on ``q`` and one
+        Adam step on ``theta`` and ``Z`` per mini-batch; None fits ``q`` alone.
     n_restarts_optimizer : int, default=0
         Extra optimizer runs per binary problem, from starting points drawn as
         scikit-learn draws them (see Notes); the bounds must then be finite.
@@ -72,18 +83,36 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
     link : {"logit", "probit"}, default="logit"
         ``p(y = 1 | f)``: the logistic function (scikit-learn's model) or the normal
         CDF, whose averaged predictive probability ``Phi(mu / sqrt(1 + var))`` is exact.
-    n_inducing, inducing_points, optimize_inducing, max_iter, tol, learning_rate, \
-natgrad_step, minibatch_size, n_quadrature, n_mc_samples
-        Options of the sparse variational mode (``n_inducing`` or ``inducing_points``
-        set), the whitened SVGP fit.
+    n_inducing : int, default=None
+        Sparse mode with this many inducing inputs, chosen by k-means++ on the rows.
+    inducing_points : array-like of shape (m, n_features), default=None
+        Sparse mode from these inducing inputs (set at most one of the two).
+    optimize_inducing : bool, default=True
+        Sparse mode: learn ``Z`` with the kernel hyperparameters.
+    max_iter : int, default=100
+        Sparse mode: epochs (``"adam"``) or L-BFGS-B iterations.
+    tol : float or None, default=1e-4
+        Sparse mode's stopping rule: ``"adam"`` stops once the epoch's mean bound rose by
+        at most ``tol`` (relative) plus its mini-batch noise over three epochs; L-BFGS-B
+        uses it for its plateau test.  None runs ``max_iter``.
+    learning_rate : float, default=0.01
+        Sparse mode: Adam's step size on ``log theta`` and ``Z``.
+    natgrad_step : float, default=0.1
+        Sparse mode: the natural-gradient step size on ``q`` after its warm-up.
+    minibatch_size : int, default=1024
+        Sparse mode: rows per ``"adam"`` step.
+    n_quadrature : int, default=20
+        Sparse mode: Gauss-Hermite points of the Bernoulli expected log-likelihood.
+    n_mc_samples : int, default=64
+        Sparse mode: Monte-Carlo draws of the softmax expectations (antithetic pairs).
     n_features : int, default=1024
         Random features of a prior draw in :meth:`sample_functions` (even for
         ``"sincos"``).
     feature_map : {"sincos", "cosine"}, default="sincos"
     jitter : float, default=1e-8
-        Sparse mode's jitter (validated here).
+        Sparse mode: relative jitter of ``K_zz`` (escalated tenfold on failure).
     batch_size : int, default=8192
-        Query rows per chunk in prediction.
+        Rows per chunk in prediction and in the sparse mode's passes.
     device : str, default="auto"
         ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     dtype : {"float64", "float32"}, default="float64"
@@ -96,16 +125,23 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
     classes_ : ndarray of shape (n_classes,)
     n_classes_ : int
     kernel_ : kernel instance
-        The fitted kernel (binary), or a ``CompoundKernel`` of one fitted kernel per
-        binary problem (multi-class).
+        The fitted kernel (binary; sparse mode), or a ``CompoundKernel`` of one fitted
+        kernel per binary problem (exact mode, multi-class).
     log_marginal_likelihood_value_ : float
         The approximate log marginal likelihood of ``kernel_.theta`` (the mean over the
-        binary problems for several classes).
+        binary problems for several classes); sparse mode: the evidence lower bound.
     base_estimator_ : LaplaceBinaryView or LaplaceEnsembleView
-        The binary problem (two classes), else a view with one binary problem per class
-        or pair in ``estimators_``, as scikit-learn's ``OneVsRestClassifier`` and
-        ``OneVsOneClassifier`` hold them.
+        Exact mode: the binary problem (two classes), else a view with one binary problem
+        per class or pair in ``estimators_``, as scikit-learn's ``OneVsRestClassifier``
+        and ``OneVsOneClassifier`` hold them.
+    inducing_points_ : ndarray of shape (m, n_features)
+        Sparse mode: the fitted inducing inputs ``Z``.
+    q_mu_, q_sqrt_ : ndarray of shape (m, L) and (L, m, m)
+        Sparse mode: the whitened means and Cholesky factors of ``q(v)``, one per latent.
+    jitter_ : float
+        Sparse mode: the jitter ``K_zz`` needed.
     X_train_ : ndarray of shape (n_samples, n_features) or list of object
+        (The Dask array itself after a fit on Dask collections.)
     objective_history_ : list of float
         The negative log marginal likelihoods the optimizer evaluated (summed over the
         problems evaluated together).
@@ -133,11 +169,19 @@ natgrad_step, minibatch_size, n_quadrature, n_mc_samples
     with ``clone_kernel=False`` sets ``kernel_.theta`` but, unlike scikit-learn, leaves the
     fitted posterior (and so the predictions) as fitted.
 
+    Sparse mode needs ``O(L m^2 + b m)`` memory for ``L`` latents and row chunks of ``b``
+    (never ``O(n m)``); its ``log_marginal_likelihood(theta)`` is the bound at ``theta``
+    with the fitted ``q`` and ``Z``, its gradient exact.
+
     References
     ----------
     .. [1] C. E. Rasmussen and C. K. I. Williams, "Gaussian Processes for Machine
        Learning", MIT Press, 2006.
     .. [2] J. T. Wilson et al., "Pathwise conditioning of Gaussian processes", JMLR 22, 2021.
+    .. [3] J. Hensman, A. G. de G. Matthews and Z. Ghahramani, "Scalable variational
+       Gaussian process classification", AISTATS 2015.
+    .. [4] H. Salimbeni, S. Eleftheriadis and J. Hensman, "Natural gradients in practice:
+       non-conjugate variational inference in Gaussian process models", AISTATS 2018.
 
     Examples
     --------
