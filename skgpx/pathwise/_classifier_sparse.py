@@ -73,7 +73,7 @@ def check_sparse_memory(est, n, d, n_latent, dtype, device, rows_here=True):
     (without the ``n d`` when the rows stay on Dask workers)."""
     m = min(est.n_inducing or len(est.inducing_points), n)
     itemsize = 4 if dtype == "float32" else 8
-    chunk = rows_per_chunk(est.batch_size, 4 * m * n_latent, device)
+    chunk = min(rows_per_chunk(est.batch_size, 4 * m * n_latent, device), n)
     check_memory(itemsize * (10 * m * m * n_latent + 6 * chunk * m * n_latent
                              + rows_here * n * (d + n_latent)),
                  what=f"PathwiseGPClassifier (sparse mode) with {m} inducing points and "

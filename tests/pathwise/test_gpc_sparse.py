@@ -15,7 +15,7 @@ from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
-from skgpx import PathwiseGPClassifier
+from skgpx import InsufficientMemoryError, PathwiseGPClassifier
 
 from ._oracles import MEAN_Z_MAX, moment_z_scores
 
@@ -167,3 +167,12 @@ def test_refit_in_the_other_mode_leaves_no_attribute_of_the_first():
     est.set_params(n_inducing=None).fit(X, Y_MC)
     assert hasattr(est, "base_estimator_")
     assert not any(hasattr(est, a) for a in ("inducing_points_", "q_mu_", "q_sqrt_"))
+
+
+def test_memory_guard_refuses_before_any_work_and_names_the_way_out(monkeypatch):
+    # O(L m^2) buffers for 3 latents and m = 100 (~2.4 MB) against a 1 MB limit; the rows'
+    # O(n m) cross-kernel is never formed, so more rows do not trip the guard by that
+    monkeypatch.setenv("SKGPX_MEMORY_LIMIT", "1MB")
+    with pytest.raises(InsufficientMemoryError, match="fewer inducing points"):
+        PathwiseGPClassifier(n_inducing=100, device="cpu").fit(X, Y_MC)
+    PathwiseGPClassifier(n_inducing=8, max_iter=2, device="cpu").fit(X, Y_MC)
