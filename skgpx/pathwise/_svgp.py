@@ -162,6 +162,14 @@ class WhitenedQ:
         mean = self.mean - self.mean.mean(1, keepdim=True)
         return WhitenedQ(self.precision, (self.precision @ mean.T[..., None])[..., 0].T)
 
+    def with_mean(self, mean):
+        """The ``q`` with means ``mean`` (m, L) and these covariances (no refactorisation)."""
+        out = WhitenedQ.__new__(WhitenedQ)
+        out.precision, out.factor = self.precision, self.factor
+        out.covariance, out.excess, out.mean = self.covariance, self.excess, mean
+        out.natural_mean = (self.precision @ mean.T[..., None])[..., 0].T
+        return out
+
     def to(self, device):
         return WhitenedQ(self.precision.to(device), self.natural_mean.to(device))
 

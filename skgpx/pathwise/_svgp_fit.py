@@ -59,6 +59,7 @@ from ._predict import TargetStreams
 from ._solver import Packing, lbfgs
 from ._sparse import Rows, inducing_cholesky, whitening
 from ._svgp import WhitenedQ, evaluate, marginals
+from ._svgp_inner import InnerProblem, optimal_q
 
 # the warm-up of the natural step size (module docstring)
 NATGRAD_WARMUP = 5
@@ -72,6 +73,11 @@ INNER_TOL = 1e-10
 INNER_MAX_ITER = 100
 # ... or once a step loses less than this per row (the dither of a Monte-Carlo bound)
 DITHER_TOL = 1e-6
+# inner_tol="adaptive": the per-row tolerance of an evaluation's inner loop is INNER_RATIO
+# times the per-row change of the bound between the last two evaluations, within
+# [INNER_TOL, INNER_LOOSE]
+INNER_RATIO = 1e-3
+INNER_LOOSE = 1e-6
 
 
 def natgrad_schedule(step, natgrad_step, warmup=NATGRAD_WARMUP):
@@ -156,13 +162,14 @@ class SVGPMode:
     def __init__(self, kernel, likelihood, *, multi_class="binary", optimizer="adam",
                  max_iter=100, tol=1e-4, learning_rate=0.01, natgrad_step=0.1,
                  minibatch_size=1024, optimize_inducing=True, jitter=1e-8, batch_size=8192,
-                 verbose=0, q_update="natgrad"):
+                 verbose=0, q_update="natgrad", inner="cached", inner_tol="adaptive"):
         self.kernel, self.likelihood, self.multi_class = kernel, likelihood, multi_class
         self.optimizer, self.max_iter, self.tol = optimizer, max_iter, tol
         self.learning_rate, self.natgrad_step = learning_rate, natgrad_step
         self.minibatch_size, self.optimize_inducing = minibatch_size, optimize_inducing
         self.jitter, self.batch_size, self.verbose = jitter, batch_size, verbose
-        self.q_update = q_update
+        self.q_update, self.inner, self.inner_tol = q_update, inner, inner_tol
+        self.inner_passes, self._inner_tol = 0, INNER_TOL
 
     # ------------------------------------------------------------------ fit
     def fit(self, rows, Z0, rng):
@@ -174,6 +181,8 @@ class SVGPMode:
         n_latent = rows.Y.shape[1]
         self.q = WhitenedQ.prior(Z.shape[0], n_latent, dtype, device)
         self.history, self.n_iter, self.epoch_end_seconds = [], 0, []
+        self.inner_passes = 0
+        self._inner_tol = INNER_LOOSE if self.inner_tol == "adaptive" else INNER_TOL
         with progress_bar(self.verbose, "PathwiseGPClassifier fit (sparse)",
                           total=self.max_iter if self.optimizer == "adam" else None) as bar:
             self._bar = bar
@@ -289,16 +298,29 @@ class SVGPMode:
         return q.centred() if self.likelihood.shift_invariant else q
 
     def _optimal_q(self, rows, theta, Z):
-        """Full-batch natural steps from the current ``q`` to the optimum at (theta, Z)."""
+        """From the current ``q`` to the optimum at (theta, Z): block coordinate ascent
+        with ``A`` held (``_svgp_inner``) for in-memory rows that fit a chunk, else
+        full-batch natural steps."""
+        if (self.inner == "cached" and isinstance(rows, Rows)
+                and rows.X.shape[0] <= self.batch_size):
+            with torch.no_grad():
+                L, _ = inducing_cholesky(self.torch_kernel, theta, Z, self.jitter)
+                problem = InnerProblem(self.torch_kernel, theta, Z, whitening(L), rows.X,
+                                       rows.Y, self.likelihood, self.batch_size)
+            self.q, _, passes = optimal_q(problem, self.q, tol=self._inner_tol,
+                                          dither_tol=DITHER_TOL)
+            self.inner_passes += passes
+            return problem.n
         ev = self._objective(rows, self.q, theta, Z, False)
         n, gamma = ev.sums.n, 1.0
         for _ in range(INNER_MAX_ITER):
             q_new = self._step(ev.sums, 1.0, gamma)
             ev_new = self._objective(rows, q_new, theta, Z, False)
+            self.inner_passes += 1
             gain = ev_new.elbo - ev.elbo
             if gain >= 0:
                 self.q, ev, gamma = q_new, ev_new, min(1.0, 2.0 * gamma)
-            if abs(gain) <= INNER_TOL * n:  # converged
+            if abs(gain) <= self._inner_tol * n:  # converged
                 break
             if gain < 0 and -gain <= DITHER_TOL * n:
                 # the floor of a Monte-Carlo bound (softmax): Price's dE/dv is not the
@@ -322,12 +344,17 @@ class SVGPMode:
             return theta, Z
 
         best = {"elbo": -math.inf, "q": self.q}
+        values = []
 
         def value_and_grad(x, eval_gradient=True):
             theta_x, Z_x = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
             # warm start from the best point so far: a line search's next trial lies
             # between it and the last trial, often closer to it
             self.q = best["q"]
+            if self.inner_tol == "adaptive" and len(values) >= 2:
+                # the inner loop's gap, small beside the last outer change
+                change = abs(values[-1] - values[-2]) / n
+                self._inner_tol = min(INNER_LOOSE, max(INNER_TOL, INNER_RATIO * change))
             try:
                 self._optimal_q(rows, theta_x, Z_x)
                 ev = self._objective(rows, self.q, theta_x, Z_x, eval_gradient)
@@ -335,6 +362,7 @@ class SVGPMode:
                 # a trial point beyond what float arithmetic factorises: the line search
                 # steps back from +inf
                 return (math.inf, np.zeros_like(x)) if eval_gradient else math.inf
+            values.append(ev.elbo)
             if ev.elbo > best["elbo"]:
                 best.update(elbo=ev.elbo, q=self.q)
             self.history.append(ev.elbo)
@@ -355,6 +383,7 @@ class SVGPMode:
                          on_step=lambda: None, n_rows=n)
         theta, Z = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
         self.q = best["q"]
+        self._inner_tol = INNER_TOL
         self._optimal_q(rows, theta, Z)  # q at the returned point (not the last trial)
         self.elbo = self._objective(rows, self.q, theta, Z, False).elbo
         self.n_iter = len(self.history)
