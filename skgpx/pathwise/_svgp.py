@@ -61,6 +61,8 @@ update), a step ``O(m^3)`` more (``chol(K_zz)``, ``L_z^{-1}``, ``bar K``, the na
 import math
 from dataclasses import dataclass
 
+import numpy as np
+import scipy.linalg
 import torch
 
 from .._base import rows_per_chunk
@@ -204,8 +206,24 @@ def zz_adjoint(L_inverse, GAAt):
     """
     P = GAAt.tril()
     P.diagonal().mul_(0.5)
-    P = L_inverse.T @ P @ L_inverse
+    # both factors triangular: Phi L_z^{-1} is lower, L_z^{-T} upper (5/8 of a product each)
+    P = lower_matmul(P, L_inverse, torch.empty_like(P))
+    P = _upper_matmul(L_inverse.T.contiguous(), P, torch.empty_like(P))
     return -0.5 * (P + P.T)
+
+
+def triangular_inverse(L):
+    """``L^{-1}`` (row-major) of a lower-triangular ``L``: LAPACK ``trtri`` on the CPU
+    (``m^3 / 3`` multiply-adds, about 2x faster than a triangular solve against the
+    identity for m = 256 on one core), ``_sparse.whitening`` elsewhere or under autograd."""
+    routine = {torch.float64: "dtrtri", torch.float32: "strtri"}.get(L.dtype)
+    if L.device.type != "cpu" or L.requires_grad or routine is None or L.dim() != 2:
+        return whitening(L)
+    # row-major L is column-major L^T (upper): its inverse, read row-major, is L^{-1}
+    inverse, info = getattr(scipy.linalg.lapack, routine)(L.contiguous().numpy().T, lower=0)
+    if info != 0:
+        return whitening(L)
+    return torch.from_numpy(np.ascontiguousarray(inverse.T))
 
 
 def _cross_block(kernel, theta, Z, X, cross, buffers):
@@ -341,7 +359,7 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
     Z_ = Z.detach().clone().requires_grad_(graph)
     with torch.set_grad_enabled(graph):
         L, _ = inducing_cholesky(kernel, theta_, Z_, jitter)
-    L_inverse = whitening(L)
+    L_inverse = triangular_inverse(L.detach())
     sums = rows.map_sum(block_sums, kernel, theta.detach(), Z.detach(), L_inverse, q.mean,
                         q.excess, likelihood, batch_size, want_grad)
     scale = 1.0 if n_total is None else n_total / sums.n
@@ -421,4 +439,4 @@ def marginals(kernel, theta, Z, L_inverse, q, Xq, batch_size):
 
 
 __all__ = ["Evaluation", "VariationalSums", "WhitenedQ", "block_sums", "evaluate",
-           "marginals"]
+           "marginals", "triangular_inverse"]

@@ -59,7 +59,7 @@ from ._likelihoods import Softmax
 from ._predict import TargetStreams
 from ._solver import SPARSE_GRADIENT_TOL, SPARSE_LBFGS_MEMORY, Packing
 from ._sparse import Rows, inducing_cholesky, whitening
-from ._svgp import WhitenedQ, evaluate, marginals
+from ._svgp import WhitenedQ, evaluate, marginals, triangular_inverse
 from ._svgp_inner import InnerProblem, optimal_q
 
 # the warm-up of the natural step size (module docstring)
@@ -77,8 +77,8 @@ DITHER_TOL = 1e-6
 # inner_tol="adaptive": the per-row tolerance of an evaluation's inner loop is INNER_RATIO
 # times the per-row change of the bound between the last two evaluations, within
 # [INNER_TOL, INNER_LOOSE]
-INNER_RATIO = 1e-3
-INNER_LOOSE = 1e-6
+INNER_RATIO = 1e-2
+INNER_LOOSE = 1e-5
 
 
 class _Plateau(Exception):
@@ -353,7 +353,7 @@ class SVGPMode:
                 and rows.X.shape[0] <= self.batch_size):
             with torch.no_grad():
                 L, _ = inducing_cholesky(self.torch_kernel, theta, Z, self.jitter)
-                problem = InnerProblem(self.torch_kernel, theta, Z, whitening(L), rows.X,
+                problem = InnerProblem(self.torch_kernel, theta, Z, triangular_inverse(L), rows.X,
                                        rows.Y, self.likelihood, self.batch_size)
             self.q, _, passes, self._gamma = optimal_q(
                 problem, self.q, tol=self._inner_tol, dither_tol=DITHER_TOL,

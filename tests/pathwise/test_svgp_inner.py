@@ -20,7 +20,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from skgpx.kernels import TorchKernel
 from skgpx.pathwise._likelihoods import Bernoulli, Softmax
 from skgpx.pathwise._sparse import Rows, inducing_cholesky, whitening
-from skgpx.pathwise._svgp import WhitenedQ, evaluate, marginals
+from skgpx.pathwise._svgp import WhitenedQ, evaluate, marginals, triangular_inverse
 from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW, SVGPMode
 from skgpx.pathwise._svgp_inner import InnerProblem, optimal_q
 
@@ -137,3 +137,17 @@ def test_lbfgs_plateau_rule_stops_early_without_a_warning():
         runs[tol] = mode
     assert runs[1.0].n_iter <= 3 * (PLATEAU_WINDOW + 1) < runs[None].n_iter
     assert runs[1.0].elbo >= max(runs[1.0].history) - 1e-9 * abs(runs[1.0].elbo)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_triangular_inverse_equals_the_triangular_solve(dtype, tol):
+    """LAPACK's trtri on the tensor's memory gives the triangular solve's L^{-1}, row-major
+    and lower triangular (cond(L) ~ 10 here: round-off of order eps * cond)."""
+    gen = torch.Generator().manual_seed(0)
+    B = torch.randn(40, 40, generator=gen, dtype=torch.float64)
+    L = torch.linalg.cholesky(B @ B.T + 40 * torch.eye(40, dtype=torch.float64)).to(dtype)
+    inverse = triangular_inverse(L)
+    assert inverse.dtype == dtype and inverse.is_contiguous()
+    torch.testing.assert_close(inverse, whitening(L), rtol=0, atol=tol)
+    assert float(inverse.triu(1).abs().max()) == 0.0
+    torch.testing.assert_close(inverse @ L, torch.eye(40, dtype=dtype), rtol=0, atol=tol)
