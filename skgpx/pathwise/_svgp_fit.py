@@ -33,12 +33,19 @@ Routes (``optimizer``):
   :data:`PLATEAU_WINDOW` epochs (a window, so that one epoch whose drift hides a steady
   rise does not stop the fit).  ``tol=None`` runs ``max_iter`` epochs.
 * ``"fmin_l_bfgs_b"``: full-data passes through ``rows.map_sum`` (so Dask rows work).  At
-  each L-BFGS-B evaluation ``q`` is brought to its optimum by full-batch natural steps
-  (``gamma = 1``, halved while a step lowers the bound, warm-started from the previous
-  evaluation's ``q``) until a step gains under :data:`INNER_TOL` nats per row; the
-  gradient at the optimal ``q`` is then the total gradient (envelope theorem).  L-BFGS-B
-  itself uses ``_solver.lbfgs``'s per-row projected-gradient test; ``max_iter`` counts its
-  iterations.
+  each L-BFGS-B evaluation ``q`` is brought to its optimum, warm-started from the best
+  evaluation's ``q``; the gradient at the optimal ``q`` is then the total gradient
+  (envelope theorem).  Rows in memory with ``n <= batch_size`` (``inner="cached"``) take
+  the inner loop of ``_svgp_inner`` (``A = L_z^{-1} K_zx`` held: covariance steps, then
+  conjugate steps on the means that cost ``O(n m L)`` each); other rows full-batch
+  natural steps (``gamma = 1``, halved while a step lowers the bound).  The inner
+  tolerance (``inner_tol="adaptive"``) is :data:`INNER_RATIO` times the per-row change of
+  the bound between the last two evaluations, within [:data:`INNER_TOL`,
+  :data:`INNER_LOOSE`] (far from the optimum L-BFGS-B needs no exact ``q``; near it the
+  tolerance tightens to ``INNER_TOL``); ``inner_tol=None`` keeps ``INNER_TOL``.
+  L-BFGS-B itself uses ``_solver.lbfgs``'s settings (per-row projected-gradient test) and
+  the plateau rule of the "adam" route on ``tol`` (:func:`_lbfgs_plateau`); ``max_iter``
+  counts its iterations, ``n_iter`` and ``history`` its evaluations.
 * a callable (scikit-learn's ``optimizer(obj_func, initial_theta, bounds)``) gets the same
   objective as L-BFGS-B; ``None`` keeps theta and Z and only fits ``q``.
 """
