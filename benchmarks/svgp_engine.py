@@ -128,8 +128,8 @@ def digits(multi_class, optimizer="fmin_l_bfgs_b", m=256, max_iter=100):
     proba = mode.predict_proba(torch.tensor(Xte)).numpy()
     print(f"digits {multi_class} {optimizer} m={m}: fit {seconds:.1f} s ({mode.n_iter} "
           f"evaluations, {mode.inner_passes} inner passes), accuracy "
-          f"{accuracy_score(yte, proba.argmax(1)):.4f}, log-loss {log_loss(yte, proba):.4f}, ECE {expected_calibration_error(yte, proba):.4f}, "
-          f"kernel {mode.kernel_}")
+          f"{accuracy_score(yte, proba.argmax(1)):.4f}, log-loss {log_loss(yte, proba):.4f}, "
+          f"ECE {expected_calibration_error(yte, proba):.4f}, kernel {mode.kernel_}")
 
 
 def main():
