@@ -35,7 +35,8 @@ Routes (``optimizer``):
 * ``"fmin_l_bfgs_b"``: full-data passes through ``rows.map_sum`` (so Dask rows work).  At
   each L-BFGS-B evaluation ``q`` is brought to its optimum, warm-started from the best
   evaluation's ``q``; the gradient at the optimal ``q`` is then the total gradient
-  (envelope theorem).  Rows in memory with ``n <= batch_size`` (``inner="cached"``) take
+  (envelope theorem).  Rows in memory with ``n <= batch_size`` and ``m n <=``
+  :data:`INNER_HELD_ELEMENTS` (``inner="cached"``) take
   the inner loop of ``_svgp_inner`` (``A = L_z^{-1} K_zx`` held: covariance steps, then
   conjugate steps on the means that cost ``O(n m L)`` each); other rows full-batch
   natural steps (``gamma = 1``, halved while a step lowers the bound).  The inner
@@ -86,6 +87,9 @@ DITHER_TOL = 1e-6
 # [INNER_TOL, INNER_LOOSE]
 INNER_RATIO = 1e-2
 INNER_LOOSE = 1e-5
+# the held-A inner loop keeps A (m x n) when n <= batch_size and m n <= this (32 MB in
+# float64: m = 256 up to 16 384 rows)
+INNER_HELD_ELEMENTS = 2 ** 22
 
 
 class _Plateau(Exception):
@@ -357,7 +361,8 @@ class SVGPMode:
         with ``A`` held (``_svgp_inner``) for in-memory rows that fit a chunk, else
         full-batch natural steps."""
         if (self.inner == "cached" and isinstance(rows, Rows)
-                and rows.X.shape[0] <= self.batch_size):
+                and rows.X.shape[0] <= self.batch_size
+                and rows.X.shape[0] * Z.shape[0] <= INNER_HELD_ELEMENTS):
             with torch.no_grad():
                 L, _ = inducing_cholesky(self.torch_kernel, theta, Z, self.jitter)
                 problem = InnerProblem(self.torch_kernel, theta, Z, triangular_inverse(L), rows.X,

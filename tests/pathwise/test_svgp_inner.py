@@ -21,6 +21,7 @@ from skgpx.kernels import TorchKernel
 from skgpx.pathwise._likelihoods import Bernoulli, Softmax
 from skgpx.pathwise._sparse import Rows, inducing_cholesky, whitening
 from skgpx.pathwise._svgp import WhitenedQ, evaluate, marginals, triangular_inverse
+from skgpx.pathwise import _svgp_fit
 from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW, SVGPMode
 from skgpx.pathwise._svgp_inner import InnerProblem, optimal_q
 
@@ -89,7 +90,7 @@ def test_inner_loop_reaches_the_moment_optimum_and_never_descends(link, n_latent
     assert gain > 0 and abs((ev1.elbo - f0) - gain) <= 1e-9 * abs(f0)
 
 
-def test_softmax_inner_loop_matches_the_full_pass_loop():
+def test_softmax_inner_loop_matches_the_full_pass_loop(monkeypatch):
     """Softmax (Monte-Carlo bound, shared draws): the held-A loop ends at the fixed point
     of the full-pass natural step (Lambda = I - 2 H, m = r, with Price's h), its means
     centred, and its bound agrees with the full-pass loop's (which stops where a step
@@ -99,6 +100,14 @@ def test_softmax_inner_loop_matches_the_full_pass_loop():
     lik = Softmax(32, seed=1)
     X, Y, Z = _data(n=60, m=6, n_latent=3, classes=True, seed=7)
     rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
+    held = []
+
+    class Spy(InnerProblem):
+        def __init__(self, *args):
+            held.append(args[4].shape[0])
+            super().__init__(*args)
+
+    monkeypatch.setattr(_svgp_fit, "InnerProblem", Spy)
     fits = {}
     for inner in ("cached", "full"):
         mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), lik, multi_class="softmax",
@@ -107,6 +116,7 @@ def test_softmax_inner_loop_matches_the_full_pass_loop():
             warnings.simplefilter("ignore", ConvergenceWarning)
             mode.fit(rows, Z, np.random.RandomState(0))
         fits[inner] = mode
+    assert held == [len(X)]  # the held-A loop ran once (optimizer=None), only if asked for
     q = fits["cached"].q
     np.testing.assert_allclose(q.mean.sum(1).numpy(), 0.0, atol=1e-12)
     ev = fits["cached"]._objective(rows, q, fits["cached"].theta, Z, False)
