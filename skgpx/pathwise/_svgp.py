@@ -80,16 +80,19 @@ class VariationalSums:
     r: torch.Tensor  # (m, L)  sum_i g_ic a_i
     grad: torch.Tensor  # (n_theta + m d,) d sum_i E_i / d(theta, Z) with L_z fixed, or None
     n: int
+    GAAt: torch.Tensor = None  # (m, m) sum_i G_A,i a_i^T when H was not formed, else None
 
     def __add__(self, other):
         grad = None if self.grad is None else self.grad + other.grad
+        GAAt = None if self.GAAt is None else self.GAAt + other.GAAt
         return VariationalSums(self.E + other.E, self.H + other.H, self.r + other.r, grad,
-                               self.n + other.n)
+                               self.n + other.n, GAAt)
 
     def to_device(self, device):
         grad = None if self.grad is None else self.grad.to(device)
+        GAAt = None if self.GAAt is None else self.GAAt.to(device)
         return VariationalSums(self.E.to(device), self.H.to(device), self.r.to(device), grad,
-                               self.n)
+                               self.n, GAAt)
 
 
 class WhitenedQ:
@@ -261,11 +264,14 @@ def _chunk_sums(A, U, g, h, buffers):
 
 
 def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likelihood,
-               batch_size, want_grad):
+               batch_size, want_grad, want_H=True):
     """:class:`VariationalSums` over the rows ``X`` (b, d) with labels ``Y`` (b, L).
 
     The signature of ``Rows.map_sum``'s function (``alpha`` is ignored).  With
     ``want_grad`` it also returns ``d sum_i E_i / d(theta, vec Z)`` holding ``L_z`` fixed.
+    With ``want_grad`` and not ``want_H`` (a gradient without a natural step after it),
+    ``H`` stays zero and ``G_A A^T`` is summed instead: one ``m x b x m`` product in place
+    of ``L`` rank-b updates and, in :func:`evaluate`, ``L`` products ``(S_c - I) H_c``.
     """
     n, m, n_latent = X.shape[0], Z.shape[0], q_mean.shape[1]
     theta_ = theta.detach().clone().requires_grad_(want_grad)
@@ -275,6 +281,8 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
     E = torch.zeros((), dtype=X.dtype, device=X.device)
     H = torch.zeros(n_latent, m, m, dtype=X.dtype, device=X.device)
     r = torch.zeros(m, n_latent, dtype=X.dtype, device=X.device)
+    want_H = want_H or not want_grad
+    GAAt = None if want_H else torch.zeros(m, m, dtype=X.dtype, device=X.device)
     if want_grad and cross is not None:
         d_scale = torch.zeros((), dtype=X.dtype, device=X.device)
         d_white = torch.zeros((), dtype=X.dtype, device=X.device)
@@ -297,13 +305,19 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
             A, U, mu, var = _chunk_moments(K, L_inverse, q_mean, q_excess, kxx_graph.detach(),
                                            buffers)
             E_c, g, h = likelihood.expectations(Yc, mu, var)
-            H_c, r_c = _chunk_sums(A, U, g, h, buffers)
-            E, H, r = E + E_c.sum(), H + H_c, r + r_c
+            if want_H:
+                H_c, r_c = _chunk_sums(A, U, g, h, buffers)
+                H = H + H_c
+            else:
+                r_c = matmul(A, g)
+            E, r = E + E_c.sum(), r + r_c
             if not want_grad:
                 continue
             G_A = matmul(q_mean, g.T)  # (m, b)
             for c in range(n_latent):
                 G_A.add_(U[c] * h[:, c], alpha=2.0)
+            if not want_H:
+                GAAt += matmul(G_A, A.T)
             G_K = _upper_matmul(L_inverse.T.contiguous(), G_A,
                                 buffers.get("adjoint", G_A.shape, G_A))
         if cross is None:
@@ -335,7 +349,7 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
             Z_.grad = d_Z
         grad = torch.cat([torch.zeros_like(theta) if theta_.grad is None else theta_.grad,
                           (torch.zeros_like(Z) if Z_.grad is None else Z_.grad).reshape(-1)])
-    return VariationalSums(E, H, r, grad, n)
+    return VariationalSums(E, H, r, grad, n, GAAt)
 
 
 @dataclass
@@ -350,7 +364,7 @@ class Evaluation:
 
 
 def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_total=None,
-             want_grad=False):
+             want_grad=False, want_H=True):
     """The bound (estimated on ``rows``, scaled to ``n_total`` rows) and optionally its
     gradient in ``(theta, Z)`` at fixed ``q``.
 
@@ -365,7 +379,7 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
         L, _ = inducing_cholesky(kernel, theta_, Z_, jitter)
     L_inverse = triangular_inverse(L.detach())
     sums = rows.map_sum(block_sums, kernel, theta.detach(), Z.detach(), L_inverse, q.mean,
-                        q.excess, likelihood, batch_size, want_grad)
+                        q.excess, likelihood, batch_size, want_grad, want_H)
     scale = 1.0 if n_total is None else n_total / sums.n
     elbo = float(scale * sums.E - q.kl())
     if not math.isfinite(elbo):
@@ -374,7 +388,9 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
     if want_grad:
         with torch.no_grad():
             # G_A A^T = sum_c [m_c r_c^T + 2 (S_c - I) H_c] (module docstring)
-            GAAt = q.mean @ sums.r.T + 2.0 * (q.excess @ sums.H).sum(0)
+            GAAt = sums.GAAt
+            if GAAt is None:
+                GAAt = q.mean @ sums.r.T + 2.0 * (q.excess @ sums.H).sum(0)
         n_theta = theta.numel()
         spec = kernel.stationary_signal()
         if spec is None:  # dL/dL_z = -L_z^{-T} G_A A^T, through chol(K_zz) by autograd

@@ -263,10 +263,10 @@ class SVGPMode:
                                  batch_size=self.batch_size).elbo
         return self
 
-    def _objective(self, rows, q, theta, Z, want_grad, n_total=None):
+    def _objective(self, rows, q, theta, Z, want_grad, n_total=None, want_H=True):
         return evaluate(self.torch_kernel, theta, Z, q, rows, self.likelihood,
                         jitter=self.jitter, batch_size=self.batch_size, n_total=n_total,
-                        want_grad=want_grad)
+                        want_grad=want_grad, want_H=want_H)
 
     def _fit_adam(self, rows, theta, Z, rng):
         if not isinstance(rows, Rows):
@@ -418,7 +418,9 @@ class SVGPMode:
                 self._inner_tol = min(INNER_LOOSE, max(INNER_TOL, INNER_RATIO * change))
             try:
                 self._optimal_q(rows, theta_x, Z_x)
-                ev = self._objective(rows, self.q, theta_x, Z_x, eval_gradient)
+                # no natural step follows: the gradient without H (_svgp.block_sums)
+                ev = self._objective(rows, self.q, theta_x, Z_x, eval_gradient,
+                                     want_H=False)
             except NotPositiveDefiniteError:
                 # a trial point beyond what float arithmetic factorises: the line search
                 # steps back from +inf

@@ -161,3 +161,43 @@ def test_triangular_inverse_equals_the_triangular_solve(dtype, tol):
     torch.testing.assert_close(inverse, whitening(L), rtol=0, atol=tol)
     assert float(inverse.triu(1).abs().max()) == 0.0
     torch.testing.assert_close(inverse @ L, torch.eye(40, dtype=dtype), rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["rbf", "rq"])
+@pytest.mark.parametrize("lik_name", list(LIKELIHOODS))
+def test_gradient_without_H_equals_the_gradient_with_it(name, lik_name):
+    """The L-BFGS-B route's gradient pass sums G_A A^T instead of forming H: the same
+    bound and gradient in theta and Z (1e-10: round-off of the two orders of summation),
+    over one chunk and over several."""
+    lik, n_latent = LIKELIHOODS[lik_name]
+    tk, theta, Z, _, rows, _ = _problem(KERNELS[name], lik, n_latent)
+    q = _random_q(Z.shape[0], n_latent, seed=6)
+    for batch_size in (7, 64):
+        ref = evaluate(tk, theta, Z, q, rows, lik, jitter=JITTER, batch_size=batch_size,
+                       want_grad=True)
+        ev = evaluate(tk, theta, Z, q, rows, lik, jitter=JITTER, batch_size=batch_size,
+                      want_grad=True, want_H=False)
+        assert abs(ev.elbo - ref.elbo) <= 1e-12 * abs(ref.elbo)
+        scale = float(ref.grad_theta.abs().max() + ref.grad_Z.abs().max())
+        np.testing.assert_allclose(ev.grad_theta.numpy(), ref.grad_theta.numpy(), rtol=0,
+                                   atol=1e-10 * scale)
+        np.testing.assert_allclose(ev.grad_Z.numpy(), ref.grad_Z.numpy(), rtol=0,
+                                   atol=1e-10 * scale)
+
+
+def test_gradient_without_H_on_dask_blocks_equals_the_rows_in_memory():
+    da = pytest.importorskip("dask.array")
+    from skgpx._dask import DaskRows
+
+    lik, n_latent = LIKELIHOODS["probit-ovr"]
+    tk, theta, Z, _, rows, _ = _problem(KERNELS["rbf"], lik, n_latent)
+    q = _random_q(Z.shape[0], n_latent, seed=6)
+    dask_rows = DaskRows(da.from_array(rows.X.numpy(), chunks=(20, 2)),
+                         da.from_array(rows.Y.numpy(), chunks=(20, n_latent)), 0.0, DT, "cpu")
+    ev_mem, ev_dask = (evaluate(tk, theta, Z, q, r, lik, jitter=JITTER, batch_size=16,
+                                want_grad=True, want_H=False) for r in (rows, dask_rows))
+    assert abs(ev_dask.elbo - ev_mem.elbo) <= 1e-12 * abs(ev_mem.elbo)
+    np.testing.assert_allclose(ev_dask.grad_theta.numpy(), ev_mem.grad_theta.numpy(),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ev_dask.grad_Z.numpy(), ev_mem.grad_Z.numpy(), rtol=1e-10,
+                               atol=1e-12)
