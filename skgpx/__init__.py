@@ -5,7 +5,7 @@ from ._show_versions import show_versions
 from .dkp import DeepKernelProcessRegressor
 from .drd import SmoothDRDRegressor
 from .kepsvgp import KEPSVGPClassifier
-from .pathwise import PathwiseFunctions, PathwiseGPSampler
+from .pathwise import PathwiseFunctions, PathwiseGPClassifier, PathwiseGPSampler
 from .qep import DeepQEPClassifier, DeepQEPRegressor
 
 __version__ = "0.1.0"
@@ -17,6 +17,7 @@ __all__ = [
     "InsufficientMemoryError",
     "KEPSVGPClassifier",
     "PathwiseFunctions",
+    "PathwiseGPClassifier",
     "PathwiseGPSampler",
     "SmoothDRDRegressor",
     "__version__",

@@ -76,6 +76,36 @@ def dask_training_data(X, y):
     return X, Y, feature_names, y_was_1d
 
 
+def dask_class_labels(X, y, multi_class):
+    """Lazily validated Dask inputs of a classifier and its latent label matrix.
+
+    Returns ``(X, Y, classes, feature_names)``: ``X`` as :func:`dask_training_data` makes
+    it, ``classes`` the sorted labels (found on the workers; only they reach the client)
+    and ``Y`` the float64 0/1 matrix of the latent problems with ``X``'s row blocks: one
+    column (``y == classes[1]``) for two classes, else one column per class.
+    """
+    import dask.array as da
+
+    if not is_dask_collection(y):
+        y = da.from_array(np.asarray(y))
+    y = as_dask_array(y, "y")
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D class labels; got {y.ndim} dimensions.")
+    X, _, feature_names, _ = dask_training_data(X, da.zeros(y.shape[0], chunks=y.chunks))
+    classes = np.asarray(da.unique(y).compute())
+    if len(classes) < 2:
+        raise ValueError("PathwiseGPClassifier requires 2 or more distinct classes; got "
+                         f"{len(classes)} class (only class {classes[0]} is present)")
+    columns = classes[1:] if len(classes) == 2 else classes
+
+    def encode(block):
+        return (np.asarray(block)[:, None] == columns[None, :]).astype(np.float64)
+
+    Y = y.rechunk(X.chunks[0]).map_blocks(encode, dtype=np.float64, new_axis=1,
+                                          chunks=(X.chunks[0], (len(columns),)))
+    return X, Y, classes, feature_names
+
+
 def dask_summaries(X, Y, dtype=torch.float64):
     """One pass over the data: column means of X, means and standard deviations of Y.
 

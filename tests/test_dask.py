@@ -226,3 +226,32 @@ def test_a_killed_worker_is_retried_and_the_result_is_unchanged(client):
     pid = client.run(os.getpid, workers=[busy])[busy]
     os.kill(pid, signal.SIGKILL)  # the nanny restarts it; Dask reruns its tasks
     np.testing.assert_allclose(future.result(timeout=TIMEOUT), est.predict(Xq), rtol=1e-12)
+
+
+def test_distributed_sparse_classifier_equals_in_memory_fit(client):
+    from skgpx import PathwiseGPClassifier
+
+    X, y = make_classification(600, n_features=3, n_informative=3, n_redundant=0,
+                               n_classes=3, n_clusters_per_class=1, random_state=0)
+    labels = np.array(["a", "b", "c"])[y]
+    params = dict(kernel=ConstantKernel(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-2, 1e2)),
+                  n_inducing=12, max_iter=6, random_state=0)
+    memory = PathwiseGPClassifier(**params).fit(X, labels)
+    chunked = PathwiseGPClassifier(**params).fit(da.from_array(X, chunks=(250, 3)),
+                                                 da.from_array(labels, chunks=250))
+    np.testing.assert_array_equal(chunked.classes_, memory.classes_)
+    assert chunked.log_marginal_likelihood_value_ == pytest.approx(
+        memory.log_marginal_likelihood_value_, rel=1e-8)
+    np.testing.assert_allclose(chunked.kernel_.theta, memory.kernel_.theta, atol=1e-6)
+    Xq = X[:40] + 0.1
+    np.testing.assert_allclose(chunked.predict_proba(Xq), memory.predict_proba(Xq), atol=1e-6)
+    theta = memory.kernel_.theta + 0.2  # the bound elsewhere is also summed on the workers
+    value, grad = chunked.log_marginal_likelihood(theta, eval_gradient=True)
+    ref_value, ref_grad = memory.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(ref_value, rel=1e-11)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-8)
+    with pytest.raises(ValueError, match="needs the sparse mode"):
+        PathwiseGPClassifier().fit(da.from_array(X, chunks=(250, 3)), labels)
+    with pytest.raises(ValueError, match="needs the rows in memory"):
+        PathwiseGPClassifier(n_inducing=5, optimizer="adam").fit(
+            da.from_array(X, chunks=(250, 3)), labels)

@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 # module -> does it carry examples (every estimator must)
-MODULES = {"skgpx.pathwise._estimator": True, "skgpx.dkp._estimator": True,
+MODULES = {"skgpx.pathwise._estimator": True, "skgpx.pathwise._classifier": True,
+           "skgpx.dkp._estimator": True,
            "skgpx.datasets._regression": True, "skgpx.datasets._qep": True,
            "skgpx.datasets._digits": True, "skgpx.datasets._smooth_sparse": True,
            "skgpx.kernels": False, "skgpx.linalg": False,

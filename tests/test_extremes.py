@@ -18,6 +18,7 @@ from skgpx import (
     DeepQEPClassifier,
     DeepQEPRegressor,
     InsufficientMemoryError,
+    PathwiseGPClassifier,
     PathwiseGPSampler,
     SmoothDRDRegressor,
 )
@@ -40,6 +41,7 @@ ESTIMATORS = {
     "qep-classifier": (lambda: DeepQEPClassifier(**QEP_FAST, random_state=0), False),
     "kepsvgp": (lambda: KEPSVGPClassifier(max_iter=2, random_state=0), False),
     "drd": (lambda: SmoothDRDRegressor(), True),
+    "gpc": (lambda: PathwiseGPClassifier(random_state=0), False),
 }
 REGRESSORS = sorted(name for name, (_, regressor) in ESTIMATORS.items() if regressor)
 PREDICT_METHODS = {
@@ -49,11 +51,13 @@ PREDICT_METHODS = {
     "qep-classifier": ["predict", "predict_proba", "sample_y"],
     "kepsvgp": ["predict", "predict_proba", "predict_proba_samples", "sample_y"],
     "drd": ["predict", "sample_y"],
+    "gpc": ["predict", "predict_proba", "latent_mean_and_variance", "sample_y"],
 }
 DRAW_METHODS = [
     ("pathwise", "sample_y"), ("pathwise", "sample_functions"), ("dkp", "sample_y"),
     ("qep-regressor", "sample_y"), ("qep-classifier", "sample_y"), ("kepsvgp", "sample_y"),
-    ("kepsvgp", "predict_proba_samples"), ("drd", "sample_y"),
+    ("kepsvgp", "predict_proba_samples"), ("drd", "sample_y"), ("gpc", "sample_y"),
+    ("gpc", "sample_functions"),
 ]
 TOO_LARGE = r"largest supported magnitude 1e\+150"
 

@@ -1,13 +1,14 @@
 """The scikit-learn estimator contract: every check, no expected failures, no skips."""
 
 import pytest
-from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skgpx import (
     DeepKernelProcessRegressor,
     DeepQEPClassifier,
     DeepQEPRegressor,
+    PathwiseGPClassifier,
     PathwiseGPSampler,
     SmoothDRDRegressor,
 )
@@ -34,6 +35,20 @@ CHECKED = [
                       learning_rate=0.05, random_state=0),
     PathwiseGPSampler(WhiteKernel(0.1) + Matern(1.0, nu=1.5), optimizer=None, solver="cg",
                       cg_preconditioner_rank=20, cg_tol=1e-8),
+    # issue 32: scikit-learn's GPC in exact mode (fixed default kernel), and hyperparameter
+    # fitting with restarts, one-vs-one and the probit link
+    PathwiseGPClassifier(),
+    PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=2.5), n_restarts_optimizer=1,
+                         random_state=0),
+    PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=1.5), multi_class="one_vs_one",
+                         link="probit"),
+    # its sparse variational mode: one-vs-rest on full-data passes (L-BFGS-B), and the
+    # softmax on mini-batches (natural gradients and Adam)
+    PathwiseGPClassifier(ConstantKernel(1.0) * RBF(1.0), n_inducing=8, max_iter=10,
+                         random_state=0),
+    PathwiseGPClassifier(ConstantKernel(1.0) * RBF(1.0), n_inducing=8, multi_class="softmax",
+                         optimizer="adam", max_iter=15, minibatch_size=64, learning_rate=0.05,
+                         tol=None, random_state=0),
     DeepKernelProcessRegressor(),
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),

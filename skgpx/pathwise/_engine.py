@@ -42,8 +42,37 @@ the CPU field by field: :func:`skgpx._base.move_to_device`) with
     The public fitted attributes this mode gives the estimator (``noise_variance_``,
     ``inducing_points_``, ``cg_n_iter_``, ...).
 
-A classifier's modes (Laplace, SVGP) take the same shape: their ``posterior`` returns
-an object with the attributes of ``Posterior`` that ``draw_functions`` uses.
+Classifiers
+-----------
+``PathwiseGPClassifier`` has two modes of the same shape,
+:class:`~skgpx.pathwise._laplace_mode.LaplaceMode` (exact: Laplace's approximation of
+each binary problem, one-vs-rest problems batched) and
+:class:`~skgpx.pathwise._classifier_sparse.SparseClassifierMode` (the SVGP engine,
+:class:`~skgpx.pathwise._svgp_fit.SVGPMode`).  Both are :class:`Mode` dataclasses (their
+``kernel``, ``theta``, ``shift``, ``lml``, ``jitter``; ``seed``: the prediction seed
+drawn after the fit) with
+
+``fit(est, kernel, X, codes, n_classes, device, dtype)``
+    Fits on the validated ``X`` and the class codes ``codes`` (0 .. n_classes - 1),
+    reading the options of ``est``; refuses first what cannot fit in memory.
+``attributes(est)``
+    The public fitted attributes (``kernel_``, ``log_marginal_likelihood_value_``,
+    ``objective_history_``, ``n_iter_``, and ``base_estimator_`` or ``inducing_points_``,
+    ``q_mu_``, ``q_sqrt_``, ``jitter_``).
+``latent(Xq, problems=None)``
+    Latent means and variances ``(P, n*)`` (tensors) of the binary problems or latent
+    functions (all, or the indices ``problems``) at validated query rows.
+``predict_proba(Xq)``
+    Class probabilities ``(n*, n_classes)``, float64 numpy rows summing to one.
+``posteriors(n_features_in)``
+    The posteriors that ``draw_functions`` consumes (attributes of ``Posterior``): one
+    per Laplace problem, one for all the latents of ``q(u)``.
+``draw_probabilities(f)``
+    Class-probability draws ``(n*, n_classes, S)`` of latent draws ``f``.
+``log_marginal_likelihood(est, theta, eval_gradient, clone_kernel)``
+    The approximate log marginal likelihood (or the bound) at the float64 array
+    ``theta``, with its gradient when asked; ``clone_kernel=False`` sets the fitted
+    kernels' theta (the fitted posterior stays).
 """
 
 from dataclasses import dataclass

@@ -91,6 +91,55 @@ def _log_ndtr_derivatives(z):
     return value, ratio, -(ratio * gap).clamp_min(0.0)
 
 
+# Gauss-Hermite points of the logit's predictive probability (Bernoulli.predict)
+PREDICT_QUADRATURE = 40
+# Above this marginal variance the logit's expectations split log sigma (_wide_logit)
+WIDE_VARIANCE = 4.0
+# ... with Gauss-Legendre points on [0, WIDE_WINDOW] for log1p(exp(-|t|)) (4e-18 beyond)
+WIDE_NODES, WIDE_WINDOW = 64, 40.0
+
+
+@functools.lru_cache(maxsize=4)
+def _legendre(n, window):
+    x, w = np.polynomial.legendre.leggauss(int(n))
+    return 0.5 * window * (x + 1.0), 0.5 * window * w
+
+
+def _wide_logit(m, v):
+    r"""``E[log sigma(t)]`` for ``t ~ N(m, v)`` with its exact derivatives in ``m`` and ``v``,
+    accurate for wide marginals, where Gauss-Hermite nodes straddle the kink of
+    ``log sigma`` (20 nodes: 2e-3 off at ``v = 25``, 3e-2 at ``v = 100``).
+
+    ``log sigma(t) = min(t, 0) - b(t)`` with ``b(t) = log(1 + exp(-|t|))``:
+
+    .. math::
+
+        E[\min(t, 0)] = -\bigl(-m \Phi(-m/s) + s \phi(m/s)\bigr), \qquad
+        E[b(t)] = \int_0^T b(u) \bigl(N(u; m, v) + N(-u; m, v)\bigr) du
+
+    in closed form and by Gauss-Legendre on ``[0, T]`` (``b`` is smooth there and
+    ``b(T) = 4e-18``); derivatives of the same sums, so the value and its gradient agree.
+    """
+    x, w = _legendre(WIDE_NODES, WIDE_WINDOW)
+    u = torch.as_tensor(x, dtype=m.dtype, device=m.device)
+    weights = torch.as_tensor(w, dtype=m.dtype, device=m.device) * torch.log1p(torch.exp(-u))
+    s = v.sqrt()
+    normal = torch.distributions.Normal(0.0, 1.0)
+    z = m / s
+    pdf, cdf_neg = torch.exp(normal.log_prob(z)), torch.special.ndtr(-z)
+    kink = -(-m * cdf_neg + s * pdf)  # E[min(t, 0)]
+    d_kink_m, d_kink_v = cdf_neg, -pdf / (2.0 * s)
+    mm, vv = m[..., None], v[..., None]
+    up, down = u - mm, -u - mm  # (t - m) at +u and -u
+    dens_up = torch.exp(-0.5 * up * up / vv) / torch.sqrt(2.0 * math.pi * vv)
+    dens_down = torch.exp(-0.5 * down * down / vv) / torch.sqrt(2.0 * math.pi * vv)
+    bump = (dens_up + dens_down) @ weights
+    d_bump_m = (dens_up * up + dens_down * down) @ weights / v
+    d_bump_v = (dens_up * (up * up - vv) + dens_down * (down * down - vv)) @ weights / (
+        2.0 * v * v)
+    return kink - bump, d_kink_m - d_bump_m, d_kink_v - d_bump_v
+
+
 class Bernoulli:
     r"""Bernoulli likelihood ``p(y = 1 | f) = sigma(f)`` (logit) or ``Phi(f)`` (probit).
 
@@ -135,21 +184,33 @@ class Bernoulli:
         sign = (2.0 * Y - 1.0)[..., None]
         f = mu[..., None] + var.clamp_min(0.0).sqrt()[..., None] * nodes  # (b, L, Q)
         value, first, second = self._derivatives(sign * f)
-        E = (value @ weights).sum(1)
+        E = value @ weights
         g = sign[..., 0] * (first @ weights)  # d log p / d f = s t'(z)
         h = 0.5 * (second @ weights)  # s^2 = 1
-        return E, g, h
+        if self.link == "logit":
+            wide = var > WIDE_VARIANCE
+            if bool(wide.any()):
+                s = sign[..., 0][wide]
+                E_w, g_w, h_w = _wide_logit(s * mu[wide], var[wide])
+                E, g, h = E.clone(), g.clone(), h.clone()
+                E[wide], g[wide], h[wide] = E_w, s * g_w, h_w
+        return E.sum(1), g, h
 
     def predict(self, mu, var):
-        """``E_q[p(y = 1 | f)]`` (b, L): ``Phi(mu / sqrt(1 + v))`` (probit, exact) or the
-        Gauss-Hermite average of ``sigma(f)`` (logit)."""
+        """``E_q[p(y = 1 | f)]`` (b, L): ``Phi(mu / sqrt(1 + v))`` (probit, exact), or for
+        the logit the better of two approximations: 40-point Gauss-Hermite where
+        ``v <= 9`` (error < 5e-6; its nodes straddle the sigmoid's step beyond: 4e-4 at
+        ``v = 25``, 1e-2 at ``v = 100``) and scikit-learn's mixture of error functions
+        elsewhere (error < 1e-4 there; 4e-4 near ``v = 0``)."""
+        from ._laplace import positive_probability
+
         var = var.clamp_min(0.0)
         if self.link == "probit":
             return torch.special.ndtr(mu / torch.sqrt(1.0 + var))
-        nodes, weights = _gauss_hermite(self.n_quadrature, mu)
-        f = mu[..., None] + var.sqrt()[..., None] * nodes
-        # the weights sum to one only up to rounding
-        return (torch.sigmoid(f) @ weights).clamp_(0.0, 1.0)
+        nodes, weights = _gauss_hermite(PREDICT_QUADRATURE, mu)
+        quadrature = torch.sigmoid(mu[..., None] + var.sqrt()[..., None] * nodes) @ weights
+        mixture = positive_probability(mu, var, self.link)
+        return torch.where(var <= 9.0, quadrature, mixture).clamp_(0.0, 1.0)
 
 
 class Softmax:

@@ -65,7 +65,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from .._base import rows_per_chunk
+from .._base import MovableState, rows_per_chunk
 from ..linalg import gram, jittered_cholesky, lower_matmul, matmul
 from ._features import Buffers
 from ._sparse import inducing_cholesky, stationary_cross, whitening
@@ -95,7 +95,7 @@ class VariationalSums:
                                self.n, GAAt)
 
 
-class WhitenedQ:
+class WhitenedQ(MovableState):
     """``q(v_c) = N(m_c, S_c)`` for ``L`` latents, held in natural parameters.
 
     Parameters

@@ -60,7 +60,7 @@ import scipy.optimize
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from .._base import progress_bar
+from .._base import MovableState, progress_bar
 from ..kernels import TorchKernel, split_white_noise
 from ..linalg import NotPositiveDefiniteError, positive_tril, positive_tril_raw, solve_lower
 from ._likelihoods import Softmax
@@ -147,7 +147,7 @@ def natgrad_schedule(step, natgrad_step, warmup=NATGRAD_WARMUP):
     return float(math.exp((1 - frac) * math.log(GAMMA_START) + frac * math.log(natgrad_step)))
 
 
-class MomentQ:
+class MomentQ(MovableState):
     """``q(v_c) = N(m_c, R_c R_c^T)`` in moment parameters: the ``q_update="adam"`` ablation
     (plain Adam on ``q``, as GPyTorch's SVGP), with the interface of ``WhitenedQ``."""
 
@@ -199,7 +199,7 @@ class SVGPPosterior:
         return out.reshape(m, S, T)
 
 
-class SVGPMode:
+class SVGPMode(MovableState):
     """The sparse variational mode of ``PathwiseGPClassifier`` (module docstring).
 
     Parameters
@@ -275,9 +275,10 @@ class SVGPMode:
         X, Y, alpha = rows.X, rows.Y, rows.alpha
         n = X.shape[0]
         b = min(int(self.minibatch_size), n)
-        low = torch.as_tensor(self.torch_kernel.bounds[:, 0], dtype=theta.dtype,
+        bounds = np.asarray(self.torch_kernel.bounds, dtype=np.float64).reshape(-1, 2)
+        low = torch.as_tensor(bounds[:, 0], dtype=theta.dtype,
                               device=theta.device)
-        high = torch.as_tensor(self.torch_kernel.bounds[:, 1], dtype=theta.dtype,
+        high = torch.as_tensor(bounds[:, 1], dtype=theta.dtype,
                                device=theta.device)
         theta = theta.clone().requires_grad_(True)
         Z = Z.clone().requires_grad_(True)

@@ -226,3 +226,39 @@ def test_gaussian_expectation_closed_form():
         ref = _quad(lambda f: scipy.stats.norm(f, math.sqrt(0.3)).logpdf(float(Y[i, 0])),
                     float(mu[i, 0]), float(var[i, 0]))
         assert abs(float(E[i]) - ref) < 1e-9
+
+
+@pytest.mark.parametrize("var", [2.0, 9.0, 100.0, 1e4])
+def test_logit_expectation_is_exact_and_consistent_for_wide_marginals(var):
+    # Gauss-Hermite alone is 2e-3 off at v = 25 and 3e-2 at v = 100 (its nodes straddle
+    # the kink of log sigma); the split form (_wide_logit) is exact to quadrature error,
+    # and g, h are the derivatives of the same sums (L-BFGS-B needs value and gradient
+    # of one function)
+    from scipy.special import log_expit
+
+    lik = Bernoulli("logit", 20)
+    mu = np.array([-12.0, -2.5, 0.0, 0.3, 4.0, 15.0])
+    Y = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0])
+    t = lambda a: torch.tensor(a, dtype=torch.float64)[:, None]  # noqa: E731
+    E, g, h = lik.expectations(t(Y), t(mu), t(np.full(6, var)))
+    s = np.sqrt(var)
+    for i in range(6):
+        sign = 2 * Y[i] - 1
+        exact = scipy.integrate.quad(
+            lambda f: log_expit(sign * f) * np.exp(-0.5 * (f - mu[i]) ** 2 / var),
+            mu[i] - 14 * s, mu[i] + 14 * s, points=[0.0], limit=400,
+            epsabs=1e-13)[0] / np.sqrt(2 * np.pi * var)
+        # v <= WIDE_VARIANCE keeps 20-point Gauss-Hermite (1e-8 off at v = 2)
+        assert abs(float(E[i]) - exact) < (1e-7 if var <= 4.0 else 1e-10)
+    step = 1e-6
+    for i in range(6):
+        def value(m, v):
+            return float(lik.expectations(t(Y[i:i + 1]), t([m]), t([v]))[0][0])
+
+        d_mu = (value(mu[i] + step, var) - value(mu[i] - step, var)) / (2 * step)
+        d_var = (value(mu[i], var * (1 + step)) - value(mu[i], var * (1 - step))) / (
+            2 * step * var)
+        # below WIDE_VARIANCE h is Price's E[log p'']/2, which the rule's value matches
+        # only to its own error
+        tol = 1e-6 if var <= 4.0 else 1e-7
+        assert abs(d_mu - float(g[i, 0])) < tol and abs(d_var - float(h[i, 0])) < tol
