@@ -269,13 +269,34 @@ class Softmax:
         return (Y * torch.log_softmax(f, dim=1)).sum(1)
 
     def expectations(self, Y, mu, var):
-        """``(E, g, h)`` for one-hot ``Y`` (b, C): ``E`` (b,), ``g``, ``h`` (b, C)."""
-        log_p = torch.log_softmax(self._samples(mu, var), dim=2)  # (b, S, C)
-        E = (log_p * Y[:, None, :]).sum(2).mean(1)
-        p = log_p.exp()
-        g = Y - p.mean(1)
-        h = -0.5 * (p * (1.0 - p)).mean(1)
-        return E, g, h
+        """``(E, g, h)`` for one-hot ``Y`` (b, C): ``E`` (b,), ``g``, ``h`` (b, C).
+
+        The draws are laid out class-major, ``(C, b, S)``: the reductions over the few
+        classes are then elementwise operations on whole ``(b, S)`` slices (a reduction
+        over a last axis of 10 runs several times slower).  ``E`` uses
+        ``f_{sy} = mu_y + sqrt(v_y) eps_{sy}``, so only ``log sum_c exp f_sc`` is formed.
+        """
+        eps = self._draws(mu, mu.shape[1])  # (S, C)
+        sd = var.clamp_min(0.0).sqrt()
+        f = torch.addcmul(mu.T[:, :, None], sd.T[:, :, None], eps.T[:, None, :])  # (C, b, S)
+        top = f.amax(0)
+        if torch.is_grad_enabled() and f.requires_grad:  # autograd: no in-place steps
+            f = (f - top).exp()
+            total = f.sum(0)
+            f = f / total
+            log_total = total.log()
+            square = f.square()
+        else:
+            f.sub_(top).exp_()
+            total = f.sum(0)  # (b, S)
+            f.div_(total)  # p_sc
+            log_total = total.log_()
+            square = None
+        E = (Y * (mu + sd * eps.mean(0))).sum(1) - (log_total + top).mean(1)
+        p_mean = f.mean(2).T
+        square = f.square_() if square is None else square
+        h = -0.5 * (p_mean - square.mean(2).T)
+        return E, Y - p_mean, h
 
     def standard_error(self, Y, mu, var):
         """The Monte-Carlo standard error of each row's ``\\hat E`` (b,) (class docstring)."""

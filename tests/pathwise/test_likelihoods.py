@@ -194,6 +194,28 @@ def test_softmax_is_deterministic_rowwise_and_g_is_its_derivative():
     assert all(bool(torch.isfinite(t).all()) for t in out)
 
 
+def test_softmax_expectations_equal_the_plain_log_softmax_average():
+    """The class-major evaluation (with and without autograd) equals the direct average of
+    log_softmax over the same draws, rows by samples by classes, for moderate and for
+    extreme latents (1e-12: rounding of sums of 64 terms)."""
+    lik = Softmax(n_mc_samples=64, seed=5)
+    gen = torch.Generator().manual_seed(2)
+    Y = torch.nn.functional.one_hot(torch.arange(12) % 5, 5).to(torch.float64)
+    for scale in (1.0, 300.0):
+        mu = scale * torch.randn(12, 5, generator=gen, dtype=torch.float64)
+        var = scale * torch.rand(12, 5, generator=gen, dtype=torch.float64)
+        eps = lik._draws(mu, 5)  # (S, C)
+        f = mu[:, None, :] + var.sqrt()[:, None, :] * eps  # (b, S, C)
+        log_p = torch.log_softmax(f, dim=2)
+        p = log_p.exp()
+        ref = ((log_p * Y[:, None, :]).sum(2).mean(1), Y - p.mean(1),
+               -0.5 * (p * (1.0 - p)).mean(1))
+        for grad in (False, True):
+            out = lik.expectations(Y, mu.clone().requires_grad_(grad), var)
+            for a, b in zip(out, ref):
+                torch.testing.assert_close(a.detach(), b, rtol=1e-12, atol=1e-12 * scale)
+
+
 def test_gaussian_expectation_closed_form():
     lik = Gaussian(0.3)
     mu = torch.tensor([[0.2], [1.5]], dtype=torch.float64)
