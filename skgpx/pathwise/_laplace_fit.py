@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 
 from .._base import progress_bar
 from ..kernels import ObjectRows, squared_distance_profile_
-from ._laplace import lml_gradient_weights, posterior_mode
+from ._laplace import _on_lapack, lml_gradient_weights, posterior_mode
 
 
 # kernel matrices' pieces (elements, all problems of a batch) kept for the gradient
@@ -133,9 +133,13 @@ class LaplaceProblems:
             if self.stationary is None:
                 return torch.stack([self.kernel(self.X, theta=theta) for theta in thetas])
             values = self.hyper(thetas)
+            # small CPU problems in numpy: torch's per-operation dispatch costs more than
+            # the arithmetic of an iris-sized kernel matrix
+            stationary = (self._stationary_numpy if _on_lapack(self.X, values)
+                          else self._stationary)
             Ks = []
             for row in values:
-                K, *rest = self._stationary(row)
+                K, *rest = stationary(row)
                 Ks.append(K)
                 if pieces is not None:
                     pieces.append((row, *rest))
@@ -156,6 +160,22 @@ class LaplaceProblems:
         K.diagonal().add_(noise)
         return K, k, slope, factor, Xs
 
+    def _stationary_numpy(self, values):
+        """:meth:`_stationary` on the CPU in numpy (``K`` a tensor on its memory)."""
+        scale, length_scale, noise = (v.numpy() for v in self.hyper.split(values))
+        Xs = self.X.numpy() / length_scale
+        n = Xs.shape[0]
+        norms = (Xs * Xs).sum(1)
+        D = np.matmul(Xs, Xs.T)
+        D *= -2.0
+        D += norms[:, None] + norms[None, :]
+        D.reshape(-1)[:: n + 1] = 0.0
+        k, slope, factor = squared_distance_profile_(torch.from_numpy(D), self.stationary[0])
+        k, slope = k.numpy(), slope.numpy()  # k overwrites D
+        K = k * scale
+        K.reshape(-1)[:: n + 1] += noise
+        return torch.from_numpy(K), k, slope, factor, Xs
+
     def _stationary_gradient(self, theta, G, pieces=None):
         """``sum(G * dK/dtheta)`` in closed form: ``dK/ds = kappa``, ``dK/dw = I`` and
         ``dK/dl_j = -2 s kappa'(D) (x_j - x'_j)^2 / l_j^3``, whose sum against ``G`` is
@@ -166,10 +186,27 @@ class LaplaceProblems:
         with torch.no_grad():
             if pieces is None:
                 values = self.hyper(theta[None, :])[0]
-                _, k, slope, factor, Xs = self._stationary(values)
+                stationary = (self._stationary_numpy if _on_lapack(self.X, values)
+                              else self._stationary)
+                _, k, slope, factor, Xs = stationary(values)
             else:
                 values, k, slope, factor, Xs = pieces
             scale, length_scale, _ = self.hyper.split(values)
+            if isinstance(k, np.ndarray):
+                G = G.numpy()
+                scale, length_scale = scale.numpy(), length_scale.numpy()
+                d_scale = (G * k).sum()
+                H = slope
+                H *= G
+                H *= factor * scale
+                spread = (Xs * Xs * (H.sum(1) + H.sum(0))[:, None]).sum(0) \
+                    - 2.0 * (Xs * (H @ Xs)).sum(0)
+                d_noise = np.trace(G)
+                d_length = -2.0 * spread / length_scale
+                if length_scale.size == 1:
+                    d_length = d_length.sum(keepdims=True)
+                return self.hyper.gradient(theta, values, *(
+                    torch.from_numpy(np.asarray(d)) for d in (d_scale, d_length, d_noise)))
             d_scale = (G * k).sum()
             H = slope.mul_(G).mul_(factor * scale)
             spread = (Xs * Xs * (H.sum(1) + H.sum(0))[:, None]).sum(0) \
@@ -256,16 +293,26 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
     results : list of scipy.optimize.OptimizeResult
     """
     B = len(starts)
+    # the main thread waits on ``lock`` and is woken once every live run has posted (not
+    # at each post); each run waits on its own event (no run wakes for another's answer):
+    # at iris's size a batched round takes a few milliseconds, and needless thread
+    # switches were a tenth of it
     lock = threading.Condition()
+    events = [threading.Event() for _ in range(B)]
     requests, answers, finished, results = {}, {}, set(), [None] * B
+
+    def ready():
+        return len(requests) + len(finished) == B
 
     def run(i):
         def objective(theta):
             with lock:
                 requests[i] = np.array(theta, dtype=np.float64)
-                lock.notify_all()
-                while i not in answers:
-                    lock.wait()
+                if ready():
+                    lock.notify()
+            events[i].wait()
+            events[i].clear()
+            with lock:
                 answer = answers.pop(i)
             if isinstance(answer, BaseException):
                 raise answer
@@ -279,7 +326,7 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
         finally:
             with lock:
                 finished.add(i)
-                lock.notify_all()
+                lock.notify()
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(B)]
     for thread in threads:
@@ -287,7 +334,7 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
     try:
         while True:
             with lock:
-                while len(requests) + len(finished) < B:
+                while not ready():
                     lock.wait()
                 if len(finished) == B:
                     break
@@ -299,7 +346,8 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
             with lock:
                 for k, i in enumerate(members):
                     answers[i] = (float(values[k]), np.asarray(grads[k], dtype=np.float64))
-                lock.notify_all()
+            for i in members:
+                events[i].set()
     finally:
         # on an error here (or an interrupt), every run still waiting is told to stop, so
         # that no thread is left blocked
@@ -308,7 +356,7 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
                 for i in set(range(B)) - finished - set(answers):
                     requests.pop(i, None)
                     answers[i] = _Exit()
-                lock.notify_all()
+                    events[i].set()
                 lock.wait(timeout=0.05)
         for thread in threads:
             thread.join()
