@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 
 from .._base import progress_bar
 from ..kernels import ObjectRows, squared_distance_profile_
-from ._laplace import _on_lapack, lml_gradient_weights, posterior_mode
+from ._laplace import Mode, _on_lapack, lml_gradient_weights, posterior_mode
 
 
 # kernel matrices' pieces (elements, all problems of a batch) kept for the gradient
@@ -116,6 +116,9 @@ class LaplaceProblems:
         self.kernel, self.X, self.Y = kernel, X, Y
         self.link, self.max_iter, self.warm_start = link, max_iter, warm_start
         self.f_cache = [None] * Y.shape[0]
+        # per problem, (theta, Mode, row) of its last evaluation, when small: the fitted
+        # mode at the optimizer's answer is then no second Newton search
+        self.last = {}
         # ``[C *] RBF/Matern [+ White]``: closed-form kernel and gradient (see _stationary)
         self.stationary = (None if isinstance(X, ObjectRows)
                            else kernel.stationary_signal())
@@ -235,6 +238,24 @@ class LaplaceProblems:
             self.f_cache[c] = mode.f[i]
         return K, mode
 
+    def fitted_mode(self, thetas):
+        """The Laplace mode of every problem at ``thetas`` (P, p) (tensor): the last
+        evaluation's where it was at these thetas (the optimizer's answer is, but after a
+        failed line search) and started from zero, else a new Newton search."""
+        members = list(range(self.n_problems))
+        if self.warm_start or not all(
+                c in self.last and torch.equal(self.last[c][0], thetas[c]) for c in members):
+            return self.mode(members, thetas)[1]
+        rows = [self.last[c] for c in members]
+        fields = {}
+        for name in Mode.__dataclass_fields__:
+            if name == "L":  # L^T row-major, as posterior_mode returns it
+                fields[name] = torch.stack([m.L[i].transpose(-1, -2) for _, m, i in rows]
+                                           ).transpose(-1, -2)
+            else:
+                fields[name] = torch.stack([getattr(m, name)[i] for _, m, i in rows])
+        return Mode(**fields)
+
     def objective(self, members, thetas, eval_gradient):
         """Log marginal likelihoods (B,) and, if asked, their gradients (B, p), numpy."""
         thetas = torch.as_tensor(np.asarray(thetas, dtype=np.float64), dtype=self.Y.dtype,
@@ -245,6 +266,9 @@ class LaplaceProblems:
         pieces = ([] if eval_gradient and self.stationary is not None
                   and len(members) * n * n <= PIECES_MAX else None)
         K, mode = self.mode(members, thetas, pieces=pieces)
+        if len(members) * n * n <= PIECES_MAX:
+            for i, c in enumerate(members):
+                self.last[c] = (thetas[i], mode, i)
         lml = mode.lml.detach().cpu().numpy().astype(np.float64)
         if not eval_gradient:
             return lml, None
