@@ -136,13 +136,16 @@ class LaplaceProblems:
             if self.stationary is None:
                 return torch.stack([self.kernel(self.X, theta=theta) for theta in thetas])
             values = self.hyper(thetas)
-            # small CPU problems in numpy: torch's per-operation dispatch costs more than
-            # the arithmetic of an iris-sized kernel matrix
-            stationary = (self._stationary_numpy if _on_lapack(self.X, values)
-                          else self._stationary)
+            if _on_lapack(self.X, values):
+                # on the CPU in numpy, all problems at once: torch's per-operation
+                # dispatch costs more than the arithmetic of an iris-sized kernel matrix
+                K, k, slope, factor, Xs = self._stationary_numpy(values)
+                if pieces is not None:
+                    pieces.extend(zip(values, k, slope, [factor] * len(k), Xs))
+                return K
             Ks = []
             for row in values:
-                K, *rest = stationary(row)
+                K, *rest = self._stationary(row)
                 Ks.append(K)
                 if pieces is not None:
                     pieces.append((row, *rest))
@@ -164,19 +167,21 @@ class LaplaceProblems:
         return K, k, slope, factor, Xs
 
     def _stationary_numpy(self, values):
-        """:meth:`_stationary` on the CPU in numpy (``K`` a tensor on its memory)."""
-        scale, length_scale, noise = (v.numpy() for v in self.hyper.split(values))
-        Xs = self.X.numpy() / length_scale
-        n = Xs.shape[0]
-        norms = (Xs * Xs).sum(1)
-        D = np.matmul(Xs, Xs.T)
+        """:meth:`_stationary` on the CPU in numpy for a batch of ``values`` (B, m):
+        ``K`` (a (B, n, n) tensor on numpy's memory) and (B, ...) arrays of the rest."""
+        parts = [self.hyper.split(row) for row in values.numpy()]
+        scale, noise = (np.array([part[i] for part in parts]) for i in (0, 2))
+        Xs = self.X.numpy()[None] / np.stack([part[1] for part in parts])[:, None, :]
+        n = Xs.shape[1]
+        norms = (Xs * Xs).sum(-1)
+        D = np.matmul(Xs, Xs.transpose(0, 2, 1))
         D *= -2.0
-        D += norms[:, None] + norms[None, :]
-        D.reshape(-1)[:: n + 1] = 0.0
+        D += norms[:, :, None] + norms[:, None, :]
+        D.reshape(len(D), -1)[:, :: n + 1] = 0.0
         k, slope, factor = squared_distance_profile_(torch.from_numpy(D), self.stationary[0])
         k, slope = k.numpy(), slope.numpy()  # k overwrites D
-        K = k * scale
-        K.reshape(-1)[:: n + 1] += noise
+        K = k * scale[:, None, None]
+        K.reshape(len(K), -1)[:, :: n + 1] += noise[:, None]
         return torch.from_numpy(K), k, slope, factor, Xs
 
     def _stationary_gradient(self, theta, G, pieces=None):
@@ -188,10 +193,12 @@ class LaplaceProblems:
         partials in ``s``, ``l`` and ``w`` map onto theta by :class:`HyperparameterMap`."""
         with torch.no_grad():
             if pieces is None:
-                values = self.hyper(theta[None, :])[0]
-                stationary = (self._stationary_numpy if _on_lapack(self.X, values)
-                              else self._stationary)
-                _, k, slope, factor, Xs = stationary(values)
+                values = self.hyper(theta[None, :])
+                if _on_lapack(self.X, values):
+                    _, (k,), (slope,), factor, (Xs,) = self._stationary_numpy(values)
+                else:
+                    _, k, slope, factor, Xs = self._stationary(values[0])
+                values = values[0]
             else:
                 values, k, slope, factor, Xs = pieces
             scale, length_scale, _ = self.hyper.split(values)
