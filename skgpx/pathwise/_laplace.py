@@ -346,8 +346,11 @@ def _posterior_mode_numpy(K_t, y_t, f0_t, link, max_iter):
         out_lml[index] = previous[rows]
         factors[index] = np.triu(B[rows])  # L^T row-major, without B's other triangle
         out_iter[index] = step + 1
-        out_dW[torch.from_numpy(index)] = link_derivatives(
-            torch.from_numpy(f_before[rows]), torch.from_numpy(ya[rows]), link)[3]
+        if link == "logit":  # W' = W (1 - 2 pi) at the latent values before the step
+            out_dW.numpy()[index] = W[rows] * (1.0 - 2.0 * scipy.special.expit(f_before[rows]))
+        else:
+            out_dW[torch.from_numpy(index)] = link_derivatives(
+                torch.from_numpy(f_before[rows]), torch.from_numpy(ya[rows]), link)[3]
         keep = np.flatnonzero(going) if not last else rows[:0]
         if keep.size == 0:
             break
