@@ -92,6 +92,17 @@ class Mode:
 # (skgpx.linalg.gram routes products through numpy's BLAS for the same reason).
 
 
+# the numpy paths below serve batches of at most this many matrix elements (iris,
+# breast cancer); larger ones (digits' ten 1347 x 1347 problems) stay in torch, where the
+# per-operation overhead is nothing beside the arithmetic
+SMALL_MAX = 1 << 22
+
+
+def _small_on_cpu(K, *tensors):
+    """Whether the numpy path of a (C, n, n) batch ``K`` applies."""
+    return K.numel() <= SMALL_MAX and _on_lapack(K, *tensors)
+
+
 def _on_lapack(*tensors):
     return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64)
                and not t.requires_grad for t in tensors)
@@ -193,7 +204,7 @@ def posterior_mode(K, y, f0, link, max_iter):
     -------
     Mode
     """
-    if _on_lapack(K, y, f0) and K.is_contiguous():
+    if _small_on_cpu(K, y, f0) and K.is_contiguous():
         return _posterior_mode_numpy(K, y, f0, link, max_iter)
     return _posterior_mode_torch(K, y, f0, link, max_iter)
 
@@ -372,7 +383,7 @@ def lml_gradient_weights(mode, K, y):
     the kernel gives the whole gradient (no ``(n, n, p)`` tensor of kernel gradients).
     """
     W_sr, L, a, g = mode.W_sr, mode.L, mode.a, mode.g
-    if _on_lapack(K, L, W_sr, a, g, mode.dW):
+    if _small_on_cpu(K, L, W_sr, a, g, mode.dW):
         return _lml_gradient_weights_numpy(mode, K)
     R = cho_inverse(L)  # B^-1, then R = W^1/2 B^-1 W^1/2 (line 7)
     R.mul_(W_sr[:, :, None]).mul_(W_sr[:, None, :])

@@ -23,11 +23,13 @@ from sklearn.utils import check_random_state
 
 from .._base import progress_bar
 from ..kernels import ObjectRows, squared_distance_profile_
-from ._laplace import Mode, _on_lapack, lml_gradient_weights, posterior_mode
+from ._laplace import (
+    SMALL_MAX, Mode, _on_lapack, lml_gradient_weights, posterior_mode,
+)
 
 
 # kernel matrices' pieces (elements, all problems of a batch) kept for the gradient
-PIECES_MAX = 1 << 22
+PIECES_MAX = SMALL_MAX
 
 
 class HyperparameterMap:
@@ -136,7 +138,7 @@ class LaplaceProblems:
             if self.stationary is None:
                 return torch.stack([self.kernel(self.X, theta=theta) for theta in thetas])
             values = self.hyper(thetas)
-            if _on_lapack(self.X, values):
+            if self._small(len(values), values):
                 # on the CPU in numpy, all problems at once: torch's per-operation
                 # dispatch costs more than the arithmetic of an iris-sized kernel matrix
                 K, k, slope, factor, Xs = self._stationary_numpy(values)
@@ -166,6 +168,12 @@ class LaplaceProblems:
         K.diagonal().add_(noise)
         return K, k, slope, factor, Xs
 
+    def _small(self, n_problems, values):
+        """Whether ``n_problems`` kernel matrices go the numpy way (see
+        :data:`skgpx.pathwise._laplace.SMALL_MAX`)."""
+        n = self.X.shape[0]
+        return n_problems * n * n <= SMALL_MAX and _on_lapack(self.X, values)
+
     def _stationary_numpy(self, values):
         """:meth:`_stationary` on the CPU in numpy for a batch of ``values`` (B, m):
         ``K`` (a (B, n, n) tensor on numpy's memory) and (B, ...) arrays of the rest."""
@@ -194,7 +202,7 @@ class LaplaceProblems:
         with torch.no_grad():
             if pieces is None:
                 values = self.hyper(theta[None, :])
-                if _on_lapack(self.X, values):
+                if self._small(1, values):
                     _, (k,), (slope,), factor, (Xs,) = self._stationary_numpy(values)
                 else:
                     _, k, slope, factor, Xs = self._stationary(values[0])
