@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import scipy.special
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
 from ..linalg import jittered_cholesky
@@ -89,6 +90,17 @@ class Mode:
 # on one core, for n = 1347, its potrf, potri and trsm took 25, 47 and 73 ms against torch's
 # (MKL) 45-58, 133 and 151 ms, and a Cholesky solve of one vector 1.3 ms against 5.7 ms
 # (skgpx.linalg.gram routes products through numpy's BLAS for the same reason).
+
+
+# the numpy paths below serve batches of at most this many matrix elements (iris,
+# breast cancer); larger ones (digits' ten 1347 x 1347 problems) stay in torch, where the
+# per-operation overhead is nothing beside the arithmetic
+SMALL_MAX = 1 << 22
+
+
+def _small_on_cpu(K, *tensors):
+    """Whether the numpy path of a (C, n, n) batch ``K`` applies."""
+    return K.numel() <= SMALL_MAX and _on_lapack(K, *tensors)
 
 
 def _on_lapack(*tensors):
@@ -192,6 +204,13 @@ def posterior_mode(K, y, f0, link, max_iter):
     -------
     Mode
     """
+    if _small_on_cpu(K, y, f0) and K.is_contiguous():
+        return _posterior_mode_numpy(K, y, f0, link, max_iter)
+    return _posterior_mode_torch(K, y, f0, link, max_iter)
+
+
+def _posterior_mode_torch(K, y, f0, link, max_iter):
+    """:func:`posterior_mode` in torch (any device)."""
     C, n = y.shape
     factors = torch.empty_like(K)  # L^T row-major (L column-major) of each problem
     out = Mode(lml=torch.empty(C, dtype=K.dtype, device=K.device), f=torch.empty_like(y),
@@ -245,6 +264,116 @@ def posterior_mode(K, y, f0, link, max_iter):
     return out
 
 
+# ------------------------------------------------- the Newton search on the CPU, in numpy
+# For the small n where scikit-learn's GPC is usable (iris: n = 112), a Newton step is some
+# 40 elementwise operations on (C, n) arrays and one Cholesky per problem: torch's
+# per-operation dispatch (5-10 us) cost more than the arithmetic, numpy's (~1 us) does not.
+# The steps are those of :func:`posterior_mode` on the tensors' own memory.
+
+
+def _link_derivatives_numpy(f, y, s, link):
+    """``log p(y | f)``, ``g`` and ``W`` of :func:`link_derivatives`, in numpy
+    (``s = 2 y - 1``)."""
+    if link == "logit":
+        pi = scipy.special.expit(f)
+        # softplus(-z) with torch's threshold 50: log1p(exp(-z)), or -z beyond it
+        t = s * f
+        np.negative(t, out=t)
+        log_lik = np.log1p(np.exp(np.minimum(t, 50.0)))
+        if t.max(initial=-np.inf) > 50.0:
+            log_lik = np.where(t > 50.0, t, log_lik)
+        np.negative(log_lik, out=log_lik)
+        W = 1.0 - pi
+        W *= pi
+        return log_lik, y - pi, W
+    z = s * f
+    log_phi = scipy.special.log_ndtr(z)
+    r = np.exp(-0.5 * z * z - 0.5 * math.log(2.0 * math.pi) - log_phi)
+    return log_phi, s * r, r * (z + r)
+
+
+def _posterior_mode_numpy(K_t, y_t, f0_t, link, max_iter):
+    """:func:`posterior_mode` for contiguous CPU tensors, in numpy and LAPACK."""
+    C, n = y_t.shape
+    K, y = K_t.numpy(), y_t.detach().numpy()
+    factors_t = torch.empty_like(K_t)  # L^T row-major (L column-major) of each problem
+    factors = factors_t.numpy()
+    out = {name: np.empty((C, n), dtype=K.dtype) for name in ("f", "g", "W", "W_sr", "a")}
+    out_lml, out_iter = np.empty(C, dtype=K.dtype), np.zeros(C, dtype=np.int64)
+    out_dW = torch.empty_like(y_t)
+    buffer = np.empty_like(K)
+    potrf, potrs = get_lapack_funcs(("potrf", "potrs"), (K,))
+    members = np.arange(C)  # the problems still iterating
+    Ka, ya, f = K, y, f0_t.detach().numpy()
+    sa = 2.0 * ya - 1.0
+    previous = np.full(C, -np.inf, dtype=K.dtype)
+    _, g_next, W_next = _link_derivatives_numpy(f, ya, sa, link)
+    for step in range(max_iter):
+        g, W, f_before = g_next, W_next, f
+        W_sr = np.sqrt(W)
+        B = np.multiply(Ka, W_sr[:, :, None], out=buffer[: len(members)])
+        B *= W_sr[:, None, :]
+        diagonals = B.reshape(len(members), -1)[:, :: n + 1]
+        diagonals += 1.0
+        b = W * f
+        b += g
+        v = np.matmul(Ka, b[:, :, None])[:, :, 0]
+        v *= W_sr
+        for i, matrix in enumerate(B):
+            # the row-major symmetric matrix read column-major is itself: LAPACK writes
+            # the lower factor column-major (its transpose row-major) over its triangle
+            factor, info = potrf(matrix.T, lower=1, overwrite_a=1)
+            if info != 0:  # K itself far from PSD: the torch path jitters or explains
+                return _posterior_mode_torch(K_t, y_t, f0_t, link, max_iter)
+            if not np.shares_memory(factor, matrix):
+                matrix[...] = factor.T
+            v[i], info = potrs(matrix.T, v[i], lower=1)
+        v *= W_sr
+        a = np.subtract(b, v, out=v)
+        f = np.matmul(Ka, a[:, :, None])[:, :, 0]
+        # the derivatives at the new f serve this step's lml and the next step
+        log_lik, g_next, W_next = _link_derivatives_numpy(f, ya, sa, link)
+        lml = (a * f).sum(-1)
+        lml *= -0.5
+        lml += log_lik.sum(-1)
+        lml -= np.log(diagonals).sum(-1)
+        if not np.isfinite(lml).all():
+            raise FloatingPointError(
+                "The Laplace approximation's log marginal likelihood is not finite at Newton "
+                f"step {step + 1}; check the kernel hyperparameters (bounds) and the inputs "
+                "for NaN or huge values.")
+        going = (lml - previous) >= NEWTON_TOL
+        last = step == max_iter - 1
+        if going.all() and not last:
+            previous = lml
+            continue
+        previous = np.where(going, lml, previous)
+        # write out the problems that stop here: this step's temporaries, and the value
+        # before it (after it when the step limit is reached), as scikit-learn returns them
+        rows = np.arange(len(members)) if last else np.flatnonzero(~going)
+        index = members[rows]
+        for name, value in (("f", f), ("g", g), ("W", W), ("W_sr", W_sr), ("a", a)):
+            out[name][index] = value[rows]
+        out_lml[index] = previous[rows]
+        factors[index] = np.triu(B[rows])  # L^T row-major, without B's other triangle
+        out_iter[index] = step + 1
+        if link == "logit":  # W' = W (1 - 2 pi) at the latent values before the step
+            out_dW.numpy()[index] = W[rows] * (1.0 - 2.0 * scipy.special.expit(f_before[rows]))
+        else:
+            out_dW[torch.from_numpy(index)] = link_derivatives(
+                torch.from_numpy(f_before[rows]), torch.from_numpy(ya[rows]), link)[3]
+        keep = np.flatnonzero(going) if not last else rows[:0]
+        if keep.size == 0:
+            break
+        members = members[keep]
+        Ka, ya, sa, f, previous = Ka[keep], ya[keep], sa[keep], f[keep], previous[keep]
+        g_next, W_next = g_next[keep], W_next[keep]
+    t = {name: torch.from_numpy(value) for name, value in out.items()}
+    return Mode(lml=torch.from_numpy(out_lml), f=t["f"], g=t["g"], W=t["W"], dW=out_dW,
+                W_sr=t["W_sr"], L=factors_t.transpose(-1, -2), a=t["a"],
+                n_iter=torch.from_numpy(out_iter))
+
+
 def lml_gradient_weights(mode, K, y):
     """``G`` with ``d lml / d theta_j = sum(G * dK / d theta_j)`` (GPML Algorithm 5.1).
 
@@ -254,6 +383,8 @@ def lml_gradient_weights(mode, K, y):
     the kernel gives the whole gradient (no ``(n, n, p)`` tensor of kernel gradients).
     """
     W_sr, L, a, g = mode.W_sr, mode.L, mode.a, mode.g
+    if _small_on_cpu(K, L, W_sr, a, g, mode.dW):
+        return _lml_gradient_weights_numpy(mode, K)
     R = cho_inverse(L)  # B^-1, then R = W^1/2 B^-1 W^1/2 (line 7)
     R.mul_(W_sr[:, :, None]).mul_(W_sr[:, None, :])
     Cm = solve_lower(L, W_sr[:, :, None] * K)  # line 8
@@ -265,6 +396,32 @@ def lml_gradient_weights(mode, K, y):
     G.baddbmm_(a[:, :, None], a[:, None, :], alpha=0.5)
     G.baddbmm_(u[:, :, None], g[:, None, :])
     return G
+
+
+def _lml_gradient_weights_numpy(mode, K):
+    """:func:`lml_gradient_weights` on the CPU, problem by problem in numpy and LAPACK."""
+    W_sr, a, g, dW = (t.numpy() for t in (mode.W_sr, mode.a, mode.g, mode.dW))
+    factors, K = mode.L.numpy(), K.numpy()
+    out = np.empty_like(K)
+    potri, = get_lapack_funcs(("potri",), (K,))
+    trsm, = get_blas_funcs(("trsm",), (K,))
+    for i, factor in enumerate(factors):
+        if not factor.flags.f_contiguous:
+            factor = np.asfortranarray(factor)
+        inverse, _ = potri(factor, lower=1)  # B^-1, its lower triangle (line 7)
+        R = np.tril(inverse)
+        R += np.tril(inverse, -1).T
+        R *= W_sr[i][:, None]
+        R *= W_sr[i][None, :]
+        M = W_sr[i][:, None] * K[i]
+        Cm = trsm(1.0, factor, M.T, side=1, lower=1, trans_a=1).T  # line 8
+        var = K[i].diagonal() - (Cm * Cm).sum(0)
+        s2 = -0.5 * var * dW[i]  # line 9, in scikit-learn's sign convention
+        u = s2 - R @ (K[i] @ s2)
+        G = np.multiply(R, -0.5, out=out[i])
+        G += np.outer(0.5 * a[i], a[i])
+        G += np.outer(u, g[i])
+    return torch.from_numpy(out)
 
 
 def latent_moments(mode, cross, prior_diag):

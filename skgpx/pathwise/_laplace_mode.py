@@ -105,7 +105,7 @@ class LaplaceMode(Mode):
                                   dtype=dtype, device=device)
         modes, offset = [], 0
         for p in problems:
-            _, mode = p.mode(list(range(p.n_problems)), theta_t[offset: offset + p.n_problems])
+            mode = p.fitted_mode(theta_t[offset: offset + p.n_problems])
             modes.append(mode)
             offset += p.n_problems
         if lmls is None:  # no optimisation: scikit-learn's lml at the kernel's theta

@@ -22,10 +22,11 @@ from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
 from skgpx.kernels import TorchKernel
+from skgpx.pathwise import _laplace, _laplace_fit
 from skgpx.pathwise._laplace import (
     COEFS, LAMBDAS, link_derivatives, positive_probability,
 )
-from skgpx.pathwise._laplace_fit import LaplaceProblems, lockstep_lbfgs
+from skgpx.pathwise._laplace_fit import HyperparameterMap, LaplaceProblems, lockstep_lbfgs
 
 from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores  # noqa: F401
 
@@ -72,6 +73,89 @@ def test_logit_gradient_is_sklearns_and_central_differences(kernel):
     np.testing.assert_allclose(grad[0], lml_grad, rtol=1e-9, atol=1e-10)
     central = _central_differences(problems, theta)
     np.testing.assert_allclose(grad[0], central, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("link", ["logit", "probit"])
+def test_numpy_newton_search_is_the_torch_search(link):
+    # the CPU path (numpy and LAPACK) against the torch path of any device, with problems
+    # that stop at different steps: every returned field, L as a lower factor of B
+    labels = [Y_BIN, (Y_MC == 0).astype(int), (Y_MC == 2).astype(int)]
+    thetas = torch.tensor(np.stack([KERNEL.theta, KERNEL.theta + [1.5, -0.7],
+                                    KERNEL.theta + [-2.0, 1.0]]))
+    problems = _problems(KERNEL, labels, link=link)
+    K = problems.kernel_matrices(thetas)
+    Y, f0 = problems.Y, torch.zeros_like(problems.Y)
+    ours = _laplace.posterior_mode(K, Y, f0, link, 100)
+    torch_mode = _laplace._posterior_mode_torch(K, Y, f0, link, 100)
+    assert len(set(ours.n_iter.tolist())) > 1
+    assert ours.n_iter.tolist() == torch_mode.n_iter.tolist()
+    for name in ("lml", "f", "g", "W", "dW", "W_sr", "L", "a"):
+        np.testing.assert_allclose(getattr(ours, name).numpy(),
+                                   getattr(torch_mode, name).numpy(), rtol=0, atol=1e-10)
+    L, W_sr = ours.L.numpy(), ours.W_sr.numpy()
+    B = np.eye(len(X)) + W_sr[:, :, None] * K.numpy() * W_sr[:, None, :]
+    np.testing.assert_array_equal(L, np.tril(L))
+    np.testing.assert_allclose(L @ L.transpose(0, 2, 1), B, rtol=0, atol=1e-12)
+    # capped at one step: the values after it, as scikit-learn returns them
+    one = _laplace.posterior_mode(K, Y, f0, link, 1)
+    np.testing.assert_allclose(one.lml.numpy(),
+                               _laplace._posterior_mode_torch(K, Y, f0, link, 1).lml.numpy(),
+                               rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("kernel, mapped", [
+    (C(1.5) * RBF([1.0, 2.0, 0.5]), True),
+    (C(2.0, "fixed") * RBF(0.8) + WhiteKernel(0.1), True),  # a fixed signal scale
+    (C(1.0) * Matern([0.5, 1.0, 2.0], nu=1.5) + WhiteKernel(0.1) + WhiteKernel(0.2),
+     False),  # the noise a sum of two levels: the kernel's own maps, autograd
+])
+def test_hyperparameter_map_gives_the_kernels_values_and_sklearns_gradient(kernel, mapped):
+    torch_kernel = TorchKernel(kernel)
+    hyper = HyperparameterMap(torch_kernel, torch_kernel.stationary_signal())
+    assert (hyper.index is not None) == mapped
+    thetas = torch.tensor(kernel.theta + np.random.RandomState(1).normal(size=(4, len(
+        kernel.theta))))
+    np.testing.assert_allclose(hyper(thetas).numpy(),
+                               torch.stack([hyper._direct(t) for t in thetas]).numpy(),
+                               rtol=1e-14, atol=0)
+    ref = SklearnGPC(kernel, optimizer=None).fit(X3, Y3)
+    Y = torch.tensor(Y3[None].astype(float))
+    problems = LaplaceProblems(torch_kernel, torch.tensor(X3), Y, "logit", 100, False)
+    for theta in thetas.numpy()[:2]:
+        value, grad = problems.objective([0], theta[None], True)
+        lml, lml_grad = ref.log_marginal_likelihood(theta, eval_gradient=True)
+        assert abs(value[0] - lml) < 1e-10
+        np.testing.assert_allclose(grad[0], lml_grad, rtol=1e-8, atol=1e-10)
+
+
+def test_fitted_mode_reuses_the_last_evaluation_only_at_its_theta(monkeypatch):
+    labels = [Y_BIN, (Y_MC == 0).astype(int), (Y_MC == 2).astype(int)]
+    thetas = np.stack([KERNEL.theta, KERNEL.theta + [1.5, -0.7], KERNEL.theta + [-2.0, 1.0]])
+    problems = _problems(KERNEL, labels)
+    problems.objective([0, 2], thetas[[0, 2]], True)  # two rounds, as lock step makes them
+    problems.objective([1], thetas[[1]], True)
+    searches = []
+    original = _laplace_fit.posterior_mode
+
+    def counted(*args):
+        searches.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(_laplace_fit, "posterior_mode", counted)
+    fresh = _problems(KERNEL, labels).mode([0, 1, 2], torch.tensor(thetas))[1]
+    searches.clear()
+    reused = problems.fitted_mode(torch.tensor(thetas))
+    assert searches == []
+    for name in ("lml", "f", "g", "W", "dW", "W_sr", "L", "a", "n_iter"):
+        np.testing.assert_array_equal(getattr(reused, name).numpy(),
+                                      getattr(fresh, name).numpy())
+    assert reused.L.transpose(-1, -2).is_contiguous()  # the layout posterior_mode returns
+    moved = thetas.copy()
+    moved[1] += 0.25
+    again = problems.fitted_mode(torch.tensor(moved))
+    assert searches == [1]
+    expected = _problems(KERNEL, labels).mode([0, 1, 2], torch.tensor(moved))[1]
+    np.testing.assert_array_equal(again.f.numpy(), expected.f.numpy())
 
 
 X3 = np.random.RandomState(0).normal(size=(25, 3))
