@@ -17,6 +17,8 @@ Usage: ``python benchmarks/svgp_engine.py [--n 100000] [--epochs 3] [--no-gpytor
 [--digits [--m 256]]``
 """
 
+import _common  # noqa: F401, I001  (first: pins the threads before numpy is imported)
+
 import argparse
 import time
 
@@ -57,51 +59,12 @@ def ours(Xtr, ytr, Xte, yte, Z0, epochs, q_update="natgrad", tol=None):
 
 
 def gpytorch_epochs(Xtr, ytr, Xte, yte, Z0, epochs):
-    import gpytorch
+    """GPyTorch's SVGP trained as ``pathwise_classifier.py`` trains it: (seconds per epoch,
+    [(accuracy, log-loss)] per epoch)."""
+    from pathwise_classifier import train_gpytorch
 
-    class Model(gpytorch.models.ApproximateGP):
-        def __init__(self, Z):
-            dist = gpytorch.variational.CholeskyVariationalDistribution(Z.shape[0])
-            strat = gpytorch.variational.VariationalStrategy(self, Z, dist,
-                                                             learn_inducing_locations=True)
-            super().__init__(strat)
-            self.mean_module = gpytorch.means.ZeroMean()
-            k = gpytorch.kernels.RBFKernel()
-            k.lengthscale = float(np.sqrt(Xtr.shape[1]))
-            self.covar_module = gpytorch.kernels.ScaleKernel(k)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    torch.manual_seed(0)
-    model = Model(torch.tensor(Z0))
-    lik = gpytorch.likelihoods.BernoulliLikelihood()
-    model.double()
-    lik.double()
-    X, y = torch.tensor(Xtr), torch.tensor(ytr, dtype=torch.float64)
-    mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(y))
-    opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=0.01)
-    times, scores = [], []
-    rng = np.random.RandomState(0)
-    for _ in range(epochs):
-        t0 = time.perf_counter()
-        model.train()
-        lik.train()
-        for idx in np.array_split(rng.permutation(len(y)), int(np.ceil(len(y) / 1024))):
-            idx = torch.as_tensor(idx)
-            opt.zero_grad()
-            loss = -mll(model(X[idx]), y[idx])
-            loss.backward()
-            opt.step()
-        times.append(time.perf_counter() - t0)
-        model.eval()
-        lik.eval()
-        with torch.no_grad():
-            p = lik(model(torch.tensor(Xte))).mean.numpy()
-        proba = np.stack([1 - p, p], 1)
-        scores.append((accuracy_score(yte, proba.argmax(1)), log_loss(yte, proba)))
-    return np.array(times), scores
+    seconds, per_epoch = train_gpytorch(Xtr, ytr, Xte, yte, Z0, epochs, 1024, 0.01)
+    return np.array(seconds), [(s["accuracy"], s["log_loss"]) for s in per_epoch]
 
 
 def digits(multi_class, optimizer="fmin_l_bfgs_b", m=256, max_iter=100):
