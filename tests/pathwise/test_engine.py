@@ -27,10 +27,8 @@ KERNEL = ConstantKernel(1.0) * RBF(0.5) + WhiteKernel(0.1)
 
 
 def _dask(X, y):
-    dask = pytest.importorskip("dask")
     import dask.array as da
 
-    dask.config.set(scheduler="synchronous")
     return da.from_array(X, chunks=(12, X.shape[1])), da.from_array(y, chunks=12)
 
 

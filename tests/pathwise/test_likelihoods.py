@@ -123,7 +123,7 @@ def test_bernoulli_extreme_latents_are_finite(link):
 def test_probit_tail_curvature_against_mpmath():
     """At z < -40 the curvature -r (z + r) comes from the asymptotic series; mpmath's 50-digit
     Mills ratio is the reference (relative 1e-12), and it joins the direct formula there."""
-    mpmath = pytest.importorskip("mpmath")
+    import mpmath  # a dependency of sympy, which torch requires
     mpmath.mp.dps = 50
     lik = Bernoulli("probit", n_quadrature=1)  # one node: f = mu exactly
     zs = [-39.0, -41.0, -80.0, -500.0]

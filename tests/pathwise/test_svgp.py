@@ -279,7 +279,7 @@ def test_lbfgs_route_fits_and_q_is_optimal():
     np.testing.assert_allclose(q1.mean.numpy(), mode.q.mean.numpy(), rtol=0, atol=1e-4)
     assert abs(ev.elbo - mode.elbo) <= 1e-12 * abs(mode.elbo)
     # the Dask route gives the same bound and gradient as the rows in memory
-    da = pytest.importorskip("dask.array")
+    import dask.array as da
     from skgpx._dask import DaskRows
 
     dask_rows = DaskRows(da.from_array(rows.X.numpy(), chunks=(25, 2)),

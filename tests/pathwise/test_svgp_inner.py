@@ -186,7 +186,7 @@ def test_gradient_without_H_equals_the_gradient_with_it(name, lik_name):
 
 
 def test_gradient_without_H_on_dask_blocks_equals_the_rows_in_memory():
-    da = pytest.importorskip("dask.array")
+    import dask.array as da
     from skgpx._dask import DaskRows
 
     lik, n_latent = LIKELIHOODS["probit-ovr"]
