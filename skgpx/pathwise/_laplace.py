@@ -30,16 +30,11 @@ import scipy.special
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
 from ..linalg import jittered_cholesky
+from ._likelihoods import COEFS, LAMBDAS, LINKS, positive_probability
 
-# scikit-learn's erf mixture for the averaged logistic (Williams and Barber, 1998, App. A):
-# sigmoid(x) ~ sum_i c_i (1 + erf(lambda_i x)) / 2, the constants of sklearn's _gpc.py
-LAMBDAS = (0.41, 0.4, 0.37, 0.44, 0.39)
-COEFS = (-1854.8214151, 3516.89893646, 221.29346712, 128.12323805, -2010.49422654)
 
 # Newton stops once the log marginal likelihood grows by less than this (scikit-learn's rule)
 NEWTON_TOL = 1e-10
-
-LINKS = ("logit", "probit")
 
 
 def link_derivatives(f, y, link, third=True):
@@ -443,21 +438,6 @@ def latent_moments(mode, cross, prior_diag):
     v = solve_lower(mode.L, mode.W_sr[:, :, None] * cross)
     var = prior_diag - (v * v).sum(-2)
     return mean, var.clamp_min(0.0)
-
-
-def positive_probability(mean, var, link):
-    """``E[p(y=1 | f)]`` under ``f ~ N(mean, var)``.
-
-    Logit: scikit-learn's mixture of five error functions (GPML Algorithm 3.2, line 7 as
-    scikit-learn approximates it), ``sum_i c_i (1 + erf(lambda_i mu / sqrt(1 + 2 lambda_i^2
-    var))) / 2``.  Probit: exactly ``Phi(mu / sqrt(1 + var))``.
-    """
-    if link == "probit":
-        return torch.special.ndtr(mean / torch.sqrt(1.0 + var))
-    lam = torch.tensor(LAMBDAS, dtype=mean.dtype, device=mean.device).reshape(-1, *[1] * mean.dim())
-    coefs = torch.tensor(COEFS, dtype=mean.dtype, device=mean.device).reshape(lam.shape)
-    erf = torch.erf(lam * mean / torch.sqrt(1.0 + 2.0 * lam * lam * var))
-    return (coefs * erf).sum(0) / 2.0 + float(np.sum(COEFS)) / 2.0
 
 
 __all__ = ["COEFS", "LAMBDAS", "LINKS", "Mode", "latent_moments", "link_derivatives",
