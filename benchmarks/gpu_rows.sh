@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks in one command: every `gpu`-marked test, then the GPU row of each family's
 # benchmark, each step bounded by its own time limit so that one slow step cannot take the
-# others down. Written for a short loan of a CUDA machine (at most 9 min 35 s of work in
-# all, about 6 minutes on an H200: each benchmark cell starts a child process, and its CUDA
-# start-up costs 10-20 s there).
+# others down. Written for a short loan of a CUDA machine (at most 13 min 55 s of work in
+# all by the limits, about 8 minutes on an H200: each benchmark cell starts a child process,
+# and its CUDA start-up costs 10-20 s there). Run it with a 10-minute budget and the last
+# steps may be cut; the new work's steps come first.
 #
 # Usage, from the repository root of a machine with CUDA and the package's dependencies:
 #
@@ -29,10 +30,12 @@ step() {  # step NAME LIMIT_SECONDS TAIL_LINES COMMAND...
     tail -n "$lines" "$out/$name.log"
 }
 
-step tests 60 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
-    tests/test_show_versions.py tests/test_memory.py tests/test_krylov.py \
+step tests 120 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
+    tests/test_show_versions.py tests/test_memory.py tests/test_krylov.py tests/test_gpu_pickles.py \
     tests/pathwise/test_functions.py tests/dkp/test_estimator.py tests/dkp/test_riccati.py \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
+step classifier 200 40 "$py" benchmarks/pathwise_classifier.py --device cuda \
+    --parts gpytorch,scale,draws --cutoff 150
 step pathwise_scaling 150 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
     --configs 2000x8000,1000x100000 --methods numpy-chol,ours,botorch --repeats 3 --cutoff 45
 step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60 \
