@@ -171,6 +171,10 @@ class SVGPMode(MovableState):
         return Groups([self.torch_kernel] + self.torch_kernels[1:], self._sizes,
                       self.share_inducing)
 
+    def _current(self):
+        """The likelihood at its current (during fit) or fitted theta."""
+        return getattr(self, "likelihood_", self.likelihood)
+
     def _lik_at(self, lik_theta):
         """The likelihood at ``lik_theta`` (None: as given)."""
         if lik_theta is None:
@@ -227,7 +231,7 @@ class SVGPMode(MovableState):
         """The bound at the packed ``theta`` and ``Z`` (``_svgp.evaluate``), with
         ``likelihood`` (default: the fitted or current ``likelihood_``)."""
         return evaluate(self._engine_kernel(), theta, Z, q, rows,
-                        self.likelihood_ if likelihood is None else likelihood,
+                        self._current() if likelihood is None else likelihood,
                         jitter=self.jitter, batch_size=self.batch_size, n_total=n_total,
                         want_grad=want_grad, want_H=want_H)
 
@@ -361,7 +365,7 @@ class SVGPMode(MovableState):
                     L_inverses.append(triangular_inverse(L))
                 L_inverse = L_inverses[0] if len(groups) == 1 else tuple(L_inverses)
                 problem = InnerProblem(kernel, theta, Z, L_inverse, rows.X, rows.Y,
-                                       self.likelihood_, self.batch_size)
+                                       self._current(), self.batch_size)
             self.q, _, passes, self._gamma = optimal_q(
                 problem, self.q, tol=self._inner_tol, dither_tol=DITHER_TOL,
                 gamma=self._gamma)
