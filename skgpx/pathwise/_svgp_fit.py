@@ -45,7 +45,7 @@ Routes (``optimizer``):
   :data:`INNER_LOOSE`] (far from the optimum L-BFGS-B needs no exact ``q``; near it the
   tolerance tightens to ``INNER_TOL``); ``inner_tol=None`` keeps ``INNER_TOL``.
   L-BFGS-B itself uses ``_solver.lbfgs``'s settings (per-row projected-gradient test) and
-  the plateau rule of the "adam" route on ``tol`` (:func:`_lbfgs_plateau`); ``max_iter``
+  the plateau rule of the "adam" route on ``tol`` (``_svgp_lbfgs._lbfgs_plateau``); ``max_iter``
   counts its iterations, ``n_iter`` and ``history`` its evaluations.
 * a callable (scikit-learn's ``optimizer(obj_func, initial_theta, bounds)``) gets the same
   objective as L-BFGS-B; ``None`` keeps theta and Z and only fits ``q``.
@@ -63,28 +63,18 @@ from .._base import MovableState, progress_bar
 from ..kernels import TorchKernel
 from ..linalg import NotPositiveDefiniteError, positive_tril_raw
 from ._likelihoods import Softmax
-from ._solver import Packing
 from ._sparse import Rows, inducing_cholesky, whitening
 from ._svgp import Groups, WhitenedQ, as_groups, evaluate, marginals, triangular_inverse
 from ._svgp_inner import InnerProblem, optimal_q
-from ._svgp_lbfgs import PLATEAU_WINDOW, _lbfgs_plateau
+from ._svgp_lbfgs import INNER_LOOSE, INNER_TOL, PLATEAU_WINDOW, fit_full
 from ._svgp_posterior import MomentQ, SVGPPosterior
 
 # the warm-up of the natural step size (module docstring)
 NATGRAD_WARMUP = 5
 GAMMA_START = 1e-4
-# the inner natural-gradient loop of the L-BFGS-B route stops once a step gains less than
-# this per row: the bound's gap is then ~1e-10 per row, and the gradient's error (first
-# order in the distance to the optimal q) ~1e-5 of its size, below L-BFGS-B's tolerance
-INNER_TOL = 1e-10
 INNER_MAX_ITER = 100
 # ... or once a step loses less than this per row (the dither of a Monte-Carlo bound)
 DITHER_TOL = 1e-6
-# inner_tol="adaptive": the per-row tolerance of an evaluation's inner loop is INNER_RATIO
-# times the per-row change of the bound between the last two evaluations, within
-# [INNER_TOL, INNER_LOOSE]
-INNER_RATIO = 1e-2
-INNER_LOOSE = 1e-5
 # the held-A inner loop keeps A (m x n) when n <= batch_size and m n <= this (32 MB in
 # float64: m = 256 up to 16 384 rows)
 INNER_HELD_ELEMENTS = 2 ** 22
@@ -399,80 +389,7 @@ class SVGPMode(MovableState):
         return n
 
     def _fit_full(self, rows, theta, Z):
-        learn_Z = self.optimize_inducing and self.optimizer is not None
-        n_theta, n_lik = theta.numel(), len(self.likelihood.names)
-        bounds = self._theta_bounds
-        if n_lik:  # x = [theta_1 .. theta_G, theta_lik, vec Z]
-            bounds = np.vstack([bounds, np.asarray(self.likelihood.bounds,
-                                                   dtype=np.float64).reshape(-1, 2)])
-        packing = Packing(bounds, Z.shape, learn_Z)
-        device, dtype = Z.device, Z.dtype
-
-        def unpack(x):
-            theta_x, Z_x = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
-            if n_lik:
-                self.likelihood_ = self._lik_at(theta_x[n_theta:])
-                theta_x = theta_x[:n_theta]
-            return theta_x, Z_x
-
-        n = self._optimal_q(rows, theta, Z)
-        if self.optimizer is None:
-            self.elbo = self._objective(rows, self.q, theta, Z, False).elbo
-            self.history.append(self.elbo)
-            self.n_iter = 1
-            return theta, Z
-
-        best = {"elbo": -math.inf, "q": self.q, "x": None}
-        values = []
-
-        def value_and_grad(x, eval_gradient=True):
-            theta_x, Z_x = unpack(x)
-            # warm start from the best point so far: a line search's next trial lies
-            # between it and the last trial, often closer to it
-            self.q = best["q"]
-            if self.inner_tol == "adaptive" and len(values) >= 2:
-                # the inner loop's gap, small beside the last outer change
-                change = abs(values[-1] - values[-2]) / n
-                self._inner_tol = min(INNER_LOOSE, max(INNER_TOL, INNER_RATIO * change))
-            try:
-                self._optimal_q(rows, theta_x, Z_x)
-                # no natural step follows: the gradient without H (_svgp.block_sums)
-                ev = self._objective(rows, self.q, theta_x, Z_x, eval_gradient,
-                                     want_H=False)
-            except NotPositiveDefiniteError:
-                # a trial point beyond what float arithmetic factorises: the line search
-                # steps back from +inf
-                return (math.inf, np.zeros_like(x)) if eval_gradient else math.inf
-            values.append(ev.elbo)
-            if ev.elbo > best["elbo"]:
-                best.update(elbo=ev.elbo, q=self.q, x=np.array(x, dtype=np.float64))
-            self.history.append(ev.elbo)
-            self._bar.update(1)
-            self._bar.set_postfix(elbo=f"{ev.elbo:.6g}")
-            if not eval_gradient:
-                return -ev.elbo
-            parts = [ev.grad_theta.cpu().numpy()]
-            if n_lik:
-                parts.append(ev.grad_lik.cpu().numpy())
-            if learn_Z:
-                parts.append(ev.grad_Z.cpu().numpy().ravel())
-            return -ev.elbo, -np.concatenate(parts).astype(np.float64)
-
-        lik0 = [self.likelihood.theta.cpu().numpy()] if n_lik else []
-        x0 = packing.pack(np.concatenate([theta.cpu().numpy()] + lik0), Z)
-        if callable(self.optimizer):
-            x, _ = self.optimizer(value_and_grad, x0, bounds=packing.bounds)
-        else:
-            x = _lbfgs_plateau(value_and_grad, x0, packing.bounds, self.max_iter, n,
-                               self.tol)
-            x = best["x"] if x is None else x
-        theta, Z = unpack(x)
-        self.q = best["q"]
-        self._inner_tol = INNER_TOL
-        self._optimal_q(rows, theta, Z)  # q at the returned point (not the last trial)
-        self.elbo = self._objective(rows, self.q, theta, Z, False).elbo
-        self.n_iter = len(self.history)
-        return theta, Z
+        return fit_full(self, rows, theta, Z)
 
     # ------------------------------------------------------------------ predict
     def latent_mean_and_variance(self, Xq):

@@ -1,16 +1,28 @@
-"""L-BFGS-B with the SVGP engine's plateau rule (``_svgp_fit``'s ``"fmin_l_bfgs_b"``
-route)."""
+"""The ``"fmin_l_bfgs_b"`` route of the SVGP engine (``_svgp_fit`` module docstring):
+L-BFGS-B with the plateau rule, on the packed hyperparameters, ``q`` optimal at each
+evaluation."""
 
+import math
 import warnings
 
 import numpy as np
 import scipy.optimize
 from sklearn.exceptions import ConvergenceWarning
 
-from ._solver import SPARSE_GRADIENT_TOL, SPARSE_LBFGS_MEMORY
+from ..linalg import NotPositiveDefiniteError
+from ._solver import SPARSE_GRADIENT_TOL, SPARSE_LBFGS_MEMORY, Packing
 
 # the "adam" route's stopping rule compares epoch means this many epochs apart
 PLATEAU_WINDOW = 3
+# the inner natural-gradient loop of the L-BFGS-B route stops once a step gains less than
+# this per row: the bound's gap is then ~1e-10 per row, and the gradient's error (first
+# order in the distance to the optimal q) ~1e-5 of its size, below L-BFGS-B's tolerance
+INNER_TOL = 1e-10
+# inner_tol="adaptive": the per-row tolerance of an evaluation's inner loop is INNER_RATIO
+# times the per-row change of the bound between the last two evaluations, within
+# [INNER_TOL, INNER_LOOSE]
+INNER_RATIO = 1e-2
+INNER_LOOSE = 1e-5
 
 
 class _Plateau(Exception):
@@ -60,4 +72,87 @@ def _lbfgs_plateau(value_and_grad, x0, bounds, max_iter, n_rows, tol):
     return np.asarray(result.x, dtype=np.float64)
 
 
-__all__ = ["PLATEAU_WINDOW"]
+def fit_full(mode, rows, theta, Z):
+    """The ``"fmin_l_bfgs_b"`` route (and a callable optimizer, or None) of ``mode``
+    (``_svgp_fit.SVGPMode``, module docstring there): L-BFGS-B on
+    ``x = [theta_1 .. theta_G, theta_lik, vec Z]`` (the likelihood's part only when it
+    has hyperparameters, Z only when learned) with ``q`` optimal at each evaluation
+    (``mode._optimal_q``).  Returns the packed ``(theta, Z)``; sets ``mode.q``,
+    ``mode.likelihood_``, ``mode.elbo``, ``mode.history`` and ``mode.n_iter``."""
+    learn_Z = mode.optimize_inducing and mode.optimizer is not None
+    n_theta, n_lik = theta.numel(), len(mode.likelihood.names)
+    bounds = mode._theta_bounds
+    if n_lik:  # x = [theta_1 .. theta_G, theta_lik, vec Z]
+        bounds = np.vstack([bounds, np.asarray(mode.likelihood.bounds,
+                                               dtype=np.float64).reshape(-1, 2)])
+    packing = Packing(bounds, Z.shape, learn_Z)
+    device, dtype = Z.device, Z.dtype
+
+    def unpack(x):
+        theta_x, Z_x = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
+        if n_lik:
+            mode.likelihood_ = mode._lik_at(theta_x[n_theta:])
+            theta_x = theta_x[:n_theta]
+        return theta_x, Z_x
+
+    n = mode._optimal_q(rows, theta, Z)
+    if mode.optimizer is None:
+        mode.elbo = mode._objective(rows, mode.q, theta, Z, False).elbo
+        mode.history.append(mode.elbo)
+        mode.n_iter = 1
+        return theta, Z
+
+    best = {"elbo": -math.inf, "q": mode.q, "x": None}
+    values = []
+
+    def value_and_grad(x, eval_gradient=True):
+        theta_x, Z_x = unpack(x)
+        # warm start from the best point so far: a line search's next trial lies
+        # between it and the last trial, often closer to it
+        mode.q = best["q"]
+        if mode.inner_tol == "adaptive" and len(values) >= 2:
+            # the inner loop's gap, small beside the last outer change
+            change = abs(values[-1] - values[-2]) / n
+            mode._inner_tol = min(INNER_LOOSE, max(INNER_TOL, INNER_RATIO * change))
+        try:
+            mode._optimal_q(rows, theta_x, Z_x)
+            # no natural step follows: the gradient without H (_svgp.block_sums)
+            ev = mode._objective(rows, mode.q, theta_x, Z_x, eval_gradient,
+                                 want_H=False)
+        except NotPositiveDefiniteError:
+            # a trial point beyond what float arithmetic factorises: the line search
+            # steps back from +inf
+            return (math.inf, np.zeros_like(x)) if eval_gradient else math.inf
+        values.append(ev.elbo)
+        if ev.elbo > best["elbo"]:
+            best.update(elbo=ev.elbo, q=mode.q, x=np.array(x, dtype=np.float64))
+        mode.history.append(ev.elbo)
+        mode._bar.update(1)
+        mode._bar.set_postfix(elbo=f"{ev.elbo:.6g}")
+        if not eval_gradient:
+            return -ev.elbo
+        parts = [ev.grad_theta.cpu().numpy()]
+        if n_lik:
+            parts.append(ev.grad_lik.cpu().numpy())
+        if learn_Z:
+            parts.append(ev.grad_Z.cpu().numpy().ravel())
+        return -ev.elbo, -np.concatenate(parts).astype(np.float64)
+
+    lik0 = [mode.likelihood.theta.cpu().numpy()] if n_lik else []
+    x0 = packing.pack(np.concatenate([theta.cpu().numpy()] + lik0), Z)
+    if callable(mode.optimizer):
+        x, _ = mode.optimizer(value_and_grad, x0, bounds=packing.bounds)
+    else:
+        x = _lbfgs_plateau(value_and_grad, x0, packing.bounds, mode.max_iter, n,
+                           mode.tol)
+        x = best["x"] if x is None else x
+    theta, Z = unpack(x)
+    mode.q = best["q"]
+    mode._inner_tol = INNER_TOL
+    mode._optimal_q(rows, theta, Z)  # q at the returned point (not the last trial)
+    mode.elbo = mode._objective(rows, mode.q, theta, Z, False).elbo
+    mode.n_iter = len(mode.history)
+    return theta, Z
+
+
+__all__ = ["INNER_LOOSE", "INNER_RATIO", "INNER_TOL", "PLATEAU_WINDOW", "fit_full"]
