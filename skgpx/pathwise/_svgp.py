@@ -1,8 +1,8 @@
-r"""Whitened sparse variational GP (SVGP) for classification: the bound, its gradients and
-the natural-gradient step on ``q``.  The training drivers and the mode object that the
-estimator calls (``SVGPMode``: fit once, then ``latent_mean_and_variance``,
-``predict_proba``, ``posterior``) are in ``_svgp_fit``, whose docstring states that
-interface.
+r"""Whitened sparse variational GP (SVGP) for classification and non-Gaussian regression:
+the bound, its gradients and the natural-gradient step on ``q`` (``_svgp_q``).  The
+training drivers and the mode object that the estimators call (``SVGPMode``: fit once,
+then ``latent_mean_and_variance``, ``predict_proba``, ``posterior``) are in
+``_svgp_fit``, whose docstring states that interface.
 
 Model (Hensman, Matthews and Ghahramani, AISTATS 2015): ``L`` latent functions
 ``f_c ~ GP(0, k)`` share the kernel and the inducing inputs ``Z`` (m x d).  With
@@ -44,7 +44,25 @@ conjugate-computation form of Khan and Lin, AISTATS 2017).  In the natural param
 ``s = n / |B|``: the data term is the gradient of ``sum_i E_i`` in the mean parameters
 ``(m, S + m m^T)``.  ``h <= 0`` for the log-concave likelihoods, so ``Lambda`` stays
 positive definite.  For a Gaussian likelihood and ``gamma = 1`` one full-batch step lands
-on the optimal ``q`` (Titsias' ``q(u)``).
+on the optimal ``q`` (Titsias' ``q(u)``).  A likelihood that is not log-concave
+(``log_concave = False``, Student-t: ``h > 0`` for residuals beyond ``sigma sqrt(nu)``
+when ``v`` is small) adds its positive curvature to ``H`` (a second rank-b update), and
+``I - 2 s H`` may then be indefinite: the drivers (``_svgp_fit``) retry such a step with
+``gamma`` halved; the fixed point is unchanged (at the optimum ``Lambda = S^{-1}``).
+
+**Latent groups** (:class:`Groups`).  The latents may split into groups, each with its
+own kernel ``k_g`` (theta: its slice of the packed theta, the groups' end to end) and
+``L_{z,g} = chol(K_{zz,g})``, so ``A_g`` per group; the inducing inputs are one ``Z``
+shared by the groups (its gradient the sum of theirs) or one per group (``Z`` of shape
+``(G, m, d)``).  ``q`` stays one ``WhitenedQ`` over all latents (every group has ``m``
+inducing values); the likelihood sees all ``L`` marginals of a row at once (the
+heteroscedastic Gaussian: ``[f_1..f_T, g_1..g_T]``).  One group (a ``TorchKernel``) is
+the classifier's path.
+
+**Likelihood hyperparameters** (``likelihood.theta``, the protocol of ``_likelihoods``):
+``d sum_i E_i / d theta_lik`` is summed over the chunks by autograd through ``E`` alone
+(``g`` and ``h`` keep their closed forms) and travels in :class:`VariationalSums` after
+the kernels' theta: ``grad = [theta_1 .. theta_G, theta_lik, vec Z]``.
 
 **Gradients in theta and Z** hold ``q(v)`` fixed (whitened: the KL does not depend on
 them).  With ``G_A = dL/dA = sum_c [m_c g_c^T + 2 (S_c - I) A diag(h_c)]`` the chunk's
@@ -79,9 +97,9 @@ class VariationalSums:
     E: torch.Tensor  # ()      sum_i E_i
     H: torch.Tensor  # (L, m, m) sum_i h_ic a_i a_i^T
     r: torch.Tensor  # (m, L)  sum_i g_ic a_i
-    grad: torch.Tensor  # (n_theta + m d,) d sum_i E_i / d(theta, Z) with L_z fixed, or None
+    grad: torch.Tensor  # (n_theta + k + |Z|,) d sum_i E_i / d(theta, theta_lik, Z), L_z fixed
     n: int
-    GAAt: torch.Tensor = None  # (m, m) sum_i G_A,i a_i^T when H was not formed, else None
+    GAAt: torch.Tensor = None  # (G, m, m) sum_i G_A,i a_i^T per group when H was not formed
 
     def __add__(self, other):
         grad = None if self.grad is None else self.grad + other.grad
@@ -193,7 +211,8 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
     m = L_inverses[0].shape[0]
     lik_theta, d_lik = None, None
     if want_grad and len(likelihood.names):
-        lik_theta = likelihood.theta.to(dtype=X.dtype, device=X.device).requires_grad_(True)
+        lik_theta = likelihood.theta.detach().to(dtype=X.dtype, device=X.device).clone()
+        lik_theta.requires_grad_(True)
         d_lik = torch.zeros_like(lik_theta)
     parts = []
     for g, kern in enumerate(groups.kernels):

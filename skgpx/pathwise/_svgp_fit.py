@@ -1,19 +1,44 @@
-r"""Training drivers of the sparse variational GP classifier, and its mode object.
+r"""Training drivers of the sparse variational GP engine (the classifier's, and issue 33's
+non-Gaussian regression), and its mode object.
 
 Interface (the exact-mode Laplace object of ``_laplace`` has the same shape)::
 
-    mode = SVGPMode(kernel, likelihood, multi_class=..., optimizer=..., ...)
-    mode.fit(rows, Z0, rng)     # rows: _sparse.Rows or DaskRows, labels as Y (n, L)
-    mode.latent_mean_and_variance(Xq)   # -> (mean, var), each (n*, L)
-    mode.predict_proba(Xq)              # -> (n*, C), rows sum to one
-    mode.posterior(shift, n_features_in)  # -> SVGPPosterior for _predict.draw_functions
+    mode = SVGPMode(kernel, likelihood, multi_class=..., optimizer=..., ...,
+                    groups=None, share_inducing=True)
+    mode.fit(rows, Z0, rng)     # rows: _sparse.Rows or DaskRows, labels/targets as Y
+    mode.latent_mean_and_variance(Xq)   # -> (mean, var), each (n*, L): all latents
+    mode.predict_proba(Xq)              # -> (n*, C), rows sum to one (classifiers)
+    mode.posterior(shift, n_features_in, group=0)  # -> SVGPPosterior of one group
     mode.elbo, mode.history, mode.n_iter, mode.theta, mode.kernel_, mode.Z,
     mode.q_mu, mode.q_sqrt, mode.jitter_, mode.epoch_end_seconds ("adam": wall-clock
-    seconds from the start of training to the end of each epoch)
+    seconds from the start of training to the end of each epoch), mode.likelihood_
+    (the likelihood at its fitted theta)
 
-Labels are encoded per latent by the caller: 0/1 in one column (binary), one 0/1 column
-per class (one-vs-rest: ``L = C`` Bernoulli latents sharing Z and the kernel), or one-hot
-(softmax).  ``rows.Y`` carries them; ``rows.alpha`` is ignored.
+Classifier labels are encoded per latent by the caller: 0/1 in one column (binary), one
+0/1 column per class (one-vs-rest: ``L = C`` Bernoulli latents sharing Z and the kernel),
+or one-hot (softmax).  ``rows.Y`` carries them; ``rows.alpha`` is ignored.
+
+**Latent groups** (``_svgp.Groups``).  ``groups=None``: one group of
+``L = rows.Y.shape[1]`` latents with ``kernel`` (the classifier).  Otherwise a list of
+``(kernel_g, n_g)``, ``kernel_g=None`` meaning ``kernel``: group ``g`` owns the next
+``n_g`` latents, its own theta and ``L_z``; ``L = sum n_g`` (the heteroscedastic model:
+``[(None, T), (noise_kernel, T)]`` with ``Y`` of ``T`` columns).  ``share_inducing``: one
+``Z`` (m, d) for all groups, or one per group (``(G, m, d)``, each from ``Z0``).  Fitted
+per group: ``thetas``, ``kernels_`` (sklearn), ``torch_kernels``, ``Zs``, ``Ls``,
+``L_inverses``, ``latents`` (slices of the L latents); packed: ``theta_packed``
+(the groups' thetas end to end), ``Z_packed``; group 0's also as ``theta``, ``kernel_``,
+``torch_kernel``, ``Z``, ``L``, ``L_inverse``; ``jitter_`` the largest group's.
+
+**Likelihood hyperparameters** (``likelihood.theta``, k of them, may be 0): learned with
+the kernels' by either route, in ``likelihood.bounds``: Adam steps them (clamped) with
+theta and Z; L-BFGS-B packs ``x = [theta_1 .. theta_G, theta_lik, vec Z]``.  The mode's
+``_objective(rows, q, theta_packed, Z_packed, want_grad, likelihood=...)`` evaluates the
+bound at any of them (``likelihood.with_theta``).
+
+**Likelihoods that are not log-concave** (``likelihood.log_concave = False``): a natural
+step whose precision does not factorise is retried with ``gamma`` halved (the "adam"
+route: that step only, :meth:`SVGPMode._safe_step`; the full-batch loop and the held-A
+loop: as a step that lowers the bound, their existing shortening).
 
 Routes (``optimizer``):
 
@@ -344,7 +369,8 @@ class SVGPMode(MovableState):
         one that lowers the bound)."""
         if (self.inner == "cached" and isinstance(rows, Rows)
                 and rows.X.shape[0] <= self.batch_size
-                and rows.X.shape[0] * Z.shape[-2] <= INNER_HELD_ELEMENTS):
+                and rows.X.shape[0] * Z.shape[-2] * len(self.groups or [None])
+                <= INNER_HELD_ELEMENTS):  # one A (m, n) per group
             kernel = self._engine_kernel()
             groups = as_groups(kernel, self.q.mean.shape[1])
             with torch.no_grad():
