@@ -65,6 +65,8 @@ DF_RANGE = (2.0 + 1e-3, 1e3)
 SCALE_RANGE = (1e-6, 1e3)
 # exp(c) in normalised units: the same reasoning for the noise variance's offset
 NOISE_RANGE = (1e-10, 1e4)
+# Newton steps to the mode of the heteroscedastic predictive integrand (log_predictive_density)
+NEWTON_STEPS = 20
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -240,7 +242,8 @@ class HeteroscedasticGaussian:
     log_noise_offset : float
         ``c``, the log noise variance where ``g = 0``, in ``[log 1e-10, log 1e4]``.
     n_quadrature : int
-        Gauss-Hermite nodes over ``g`` for :meth:`log_predictive_density`.
+        Gauss-Hermite nodes over ``g`` for :meth:`log_predictive_density` (adaptive: see
+        there); ``E`` and its derivatives are closed forms.
     """
 
     shift_invariant = False
@@ -305,14 +308,44 @@ class HeteroscedasticGaussian:
         return mu_f, v_f.clamp_min(0.0) + self.noise_variance(mu_g, v_g)
 
     def log_predictive_density(self, Y, mu, var):
-        """``sum_t log E_q[p(y_it)]`` per row (b,): ``f`` integrated in closed form,
-        ``N(y; mu_f, v_f + exp(c + g))``, then ``g`` by Gauss-Hermite (log-sum-exp)."""
+        r"""``sum_t log E_q[p(y_it)]`` per row (b,), by adaptive Gauss-Hermite.
+
+        ``f`` is integrated in closed form, ``p(y | g) = N(y; mu_f, s)`` with
+        ``s = v_f + exp(c + g)``; in ``z = (g - mu_g) / sqrt(v_g)`` the integrand is
+        ``exp(l(z))``, ``l = log phi(z) + log N(y; mu_f, s)``.  For an outlier its mass sits
+        far out in ``g``, where plain Gauss-Hermite has no nodes (3 nats off at
+        ``|y - mu_f| = 30``, ``v_g = 0.1``), so the nodes are centred at the mode of ``l``
+        (``NEWTON_STEPS`` Newton steps, curvature bounded by the prior's -1, steps by 4) and
+        scaled by ``(-l'')^{-1/2}`` there (Liu and Pierce, Biometrika 1994):
+        ``sum_k w_k exp(l(z_k) + x_k^2 / 2) s_z``, ``z_k = z* + s_z x_k``.  Measured against
+        ``scipy.integrate.quad`` (``|y - mu_f|`` up to 30, ``v_f`` 0 or 0.1): 20 nodes err
+        by <= 1e-8 nats for ``v_g <= 1``, 3e-6 at 4, 2e-5 at 9 (40 nodes: <= 1e-8 to 9).
+        """
         c = _theta_like(self.theta, mu)[0]
         (mu_f, mu_g), (v_f, v_g) = self._split(mu), self._split(var.clamp_min(0.0))
+        r2, sd = ((Y - mu_f) ** 2)[..., None], v_g.sqrt()[..., None]
+        v_f, mu_g = v_f[..., None], mu_g[..., None]
+
+        def terms(z):  # log N(y | g), and l'(z), l''(z)
+            e = torch.exp(c + mu_g + sd * z)
+            total = v_f + e
+            q, ratio = e / total, r2 / total
+            first = 0.5 * q * (ratio - 1.0)
+            second = 0.5 * q * (1.0 - q) * (ratio - 1.0) - 0.5 * q * q * ratio
+            log_n = -0.5 * (_LOG_2PI + total.log() + ratio)
+            return log_n, sd * first - z, sd * sd * second - 1.0
+
+        z = torch.zeros_like(mu_g)
+        for _ in range(NEWTON_STEPS):
+            _, slope, curve = terms(z)
+            z = z + (slope / (-curve.clamp_max(-1.0))).clamp(-4.0, 4.0)
+        _, _, curve = terms(z)
+        spread = (-curve).clamp_min(0.25).rsqrt()
         x, w = _gauss_hermite(self.n_quadrature, mu)
-        total = v_f[..., None] + torch.exp(c + mu_g[..., None] + v_g.sqrt()[..., None] * x)
-        log_n = -0.5 * (_LOG_2PI + total.log() + (Y - mu_f)[..., None] ** 2 / total)
-        return torch.logsumexp(log_n + w.log(), dim=-1).sum(1)
+        nodes = z + spread * x
+        log_n = terms(nodes)[0]
+        log_terms = log_n - 0.5 * nodes * nodes + 0.5 * x * x + spread.log() + w.log()
+        return torch.logsumexp(log_terms, dim=-1).sum(1)
 
     def sample_noise(self, g_draws, generator):
         """``N(0, exp(c + g))`` draws, one per entry of ``g_draws``: standard normals from
