@@ -135,18 +135,22 @@ class StudentT:
         nu = 2.0 + theta[0].exp()
         return nu, nu * (2.0 * theta[1]).exp()  # nu, a = nu sigma^2
 
-    def _rule(self, m, var, a):
-        """Nodes ``r`` and weights ``W`` (n, Q) with ``E[t(r)] ~ sum W t(r)``, r ~ N(m, v).
-
-        ``m``, ``var`` (n,) are flat and ``a`` a float tensor: the rule is built without a
-        graph (its nodes move with ``theta`` only at the rule's error level).
-        """
+    def _rules(self, m, var, a):
+        """``[(mask, r, W), ...]``: for the flat entries ``mask`` of ``m``, ``var`` (n,),
+        nodes ``r`` and weights ``W`` (n_mask, Q) with ``E[t(r)] ~ sum W t(r)``,
+        ``r ~ N(m, v)``, one rule per group (module docstring).  ``a`` is a float tensor:
+        the rules are built without a graph (their nodes move with ``theta`` only at the
+        rules' error level)."""
         sd = var.clamp_min(0.0).sqrt()
         wide = var > WIDE_RATIO * a
-        x, w = _gauss_hermite(self.n_quadrature, m)
-        r = m[:, None] + sd[:, None] * x
-        W = w.expand(r.shape)
-        if bool(wide.any()):
+        n_wide = int(wide.sum())
+        rules = []
+        if n_wide < wide.numel():
+            narrow = ~wide
+            x, w = _gauss_hermite(self.n_quadrature, m)
+            r = m[narrow, None] + sd[narrow, None] * x
+            rules.append((narrow, r, w.expand(r.shape)))
+        if n_wide:
             root = a.sqrt()
             mw, sw = m[wide, None], sd[wide, None]
             # u = centre + delta with sinh(centre) = m / sqrt(a), and r - m from
@@ -157,32 +161,39 @@ class StudentT:
             hi = torch.asinh((mw + WIDE_SPAN * sw) / root) - centre
             xl, wl = (torch.as_tensor(t, dtype=m.dtype, device=m.device) for t in _legendre(
                 WIDE_NODES))
-            delta = lo + 0.5 * (hi - lo) * (xl + 1.0)
-            step = 2.0 * root * torch.cosh(centre + 0.5 * delta) * torch.sinh(0.5 * delta)
-            rw = mw + step
-            density = torch.exp(-0.5 * (step / sw) ** 2) / (sw * math.sqrt(2 * math.pi))
-            Ww = 0.5 * (hi - lo) * wl * root * torch.cosh(centre + delta) * density
-            pad = WIDE_NODES - r.shape[1]  # both rules in one (n, max Q) table, zero weights
-            if pad > 0:
-                r = torch.cat([r, r[:, :1].expand(-1, pad)], 1)
-                W = torch.cat([W, torch.zeros_like(r[:, :pad])], 1)
-            else:
-                rw = torch.cat([rw, rw[:, :1].expand(-1, -pad)], 1)
-                Ww = torch.cat([Ww, torch.zeros_like(rw[:, :-pad])], 1)
-            r, W = r.clone(), W.clone()
-            r[wide], W[wide] = rw, Ww
-        return r, W
+            half = torch.addcmul(0.5 * lo, 0.25 * (hi - lo), xl + 1.0)  # delta / 2
+            step = torch.cosh(centre + half).mul_(torch.sinh(half)).mul_(2.0 * root)
+            r = step + mw
+            # dr/du = sqrt(a) cosh(u) = sqrt(a + r^2), times the density of r (in-place: the
+            # (n, 96) passes dominate the cost)
+            z = step.div_(sw)
+            W = (r * r).add_(a).sqrt_().mul_(z.mul_(z).mul_(-0.5).exp_())
+            W.mul_(((0.5 / math.sqrt(2 * math.pi)) * (hi - lo) / sw) * wl)
+            rules.append((wide, r, W))
+        return rules
 
-    def _nodes(self, Y, mu, var, theta):
+    def _over_rules(self, Y, mu, var, theta, fun):
+        """``fun(r, W)``, a tuple of (n_mask,) tensors per rule, gathered into (b, T)."""
+        m, v = (Y - mu).reshape(-1), var.reshape(-1)
         with torch.no_grad():
-            _, a = self._unpack(theta.detach())
-            return self._rule((Y - mu).reshape(-1), var.reshape(-1), a)
+            rules = self._rules(m, v, self._unpack(theta.detach())[1])
+        if len(rules) == 1:
+            return tuple(x.reshape(mu.shape) for x in fun(*rules[0][1:]))
+        outs = None
+        for mask, r, W in rules:
+            values = fun(r, W)
+            outs = [(x.new_zeros(m.shape) if outs is None else o).masked_scatter(mask, x)
+                    for x, o in zip(values, outs or values)]
+        return tuple(x.reshape(mu.shape) for x in outs)
+
+    def _const(self, theta):
+        nu, a = self._unpack(theta)
+        return torch.lgamma(0.5 * (nu + 1.0)) - torch.lgamma(0.5 * nu) - 0.5 * torch.log(
+            math.pi * a)
 
     def _log_density(self, r, theta):
         nu, a = self._unpack(theta)
-        const = (torch.lgamma(0.5 * (nu + 1.0)) - torch.lgamma(0.5 * nu)
-                 - 0.5 * torch.log(math.pi * a))
-        return const - 0.5 * (nu + 1.0) * torch.log1p(r * r / a)
+        return self._const(theta) - 0.5 * (nu + 1.0) * torch.log1p(r * r / a)
 
     def log_likelihood(self, Y, f, theta=None):
         """``sum_t log p(y_it | f_it)`` per row (b,)."""
@@ -192,17 +203,25 @@ class StudentT:
     def expectations(self, Y, mu, var, theta=None):
         """``(E, g, h)`` for ``Y``, ``mu``, ``var`` (b, T): ``E`` (b,), ``g``, ``h`` (b, T).
 
-        ``var`` below zero (round-off) counts as zero.
+        ``var`` below zero (round-off) counts as zero.  The constant of ``log p`` is
+        integrated exactly (the weights sum to one only to the rule's error).
         """
         theta = _theta_like(self.theta if theta is None else theta, mu)
-        r, W = self._nodes(Y, mu, var, theta)
-        E = (self._log_density(r, theta) * W).sum(1).reshape(mu.shape).sum(1)
-        with torch.no_grad():
-            nu, a = self._unpack(theta.detach())
-            inv = 1.0 / (a + r * r)
-            g = (nu + 1.0) * ((r * inv) * W).sum(1)
-            h = 0.5 * (nu + 1.0) * (((r * r - a) * inv * inv) * W).sum(1)
-        return E, g.reshape(mu.shape), h.reshape(mu.shape)
+        (nu, a), const = self._unpack(theta), self._const(theta)
+        nu_, a_ = nu.detach(), a.detach()
+
+        def moments(r, W):
+            r2 = r * r
+            E = const - 0.5 * (nu + 1.0) * (torch.log1p(r2 / a) * W).sum(1)
+            with torch.no_grad():
+                inv = (r2 + a_).reciprocal_()
+                weighted = inv * W
+                g = (nu_ + 1.0) * (r * weighted).sum(1)
+                h = 0.5 * (nu_ + 1.0) * (weighted.mul_(inv).mul_(r2 - a_)).sum(1)
+            return E, g, h
+
+        E, g, h = self._over_rules(Y, mu, var, theta, moments)
+        return E.sum(1), g, h
 
     def noise_variance(self, theta=None):
         """``sigma^2 nu / (nu - 2)``, the variance of the noise (0-d float64 tensor)."""
@@ -217,10 +236,10 @@ class StudentT:
     def log_predictive_density(self, Y, mu, var):
         """``sum_t log E_q[p(y_it | f_it)]`` per row (b,), log-sum-exp over the same nodes."""
         theta = _theta_like(self.theta, mu)
-        r, W = self._nodes(Y, mu, var, theta)
         with torch.no_grad():
-            lpd = torch.logsumexp(self._log_density(r, theta) + W.log(), dim=1)
-        return lpd.reshape(mu.shape).sum(1)
+            (lpd,) = self._over_rules(Y, mu, var, theta, lambda r, W: (torch.logsumexp(
+                self._log_density(r, theta) + W.log(), dim=1),))
+        return lpd.sum(1)
 
     def sample_noise(self, shape, generator, dtype=torch.float64, device="cpu"):
         """``sigma t_nu`` draws of ``shape``: uniforms from the CPU ``generator`` mapped by
