@@ -14,6 +14,7 @@ Tolerances:
 """
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -95,6 +96,23 @@ def test_student_t_float32_matches_float64():
         assert torch.allclose(b.double(), a, rtol=1e-5, atol=1e-6)
 
 
+def test_student_t_batch_equals_entries():
+    # both rules in one (b, T) batch: each entry's g, h and each row's E where they belong
+    lik = StudentT(df=3.0, scale=0.4)
+    Y = torch.tensor([[0.0, 30.0, 1.0], [5.0, -2.0, 0.1]], dtype=torch.float64)
+    mu = torch.tensor([[0.1, 0.0, -1.0], [0.0, 0.2, 0.0]], dtype=torch.float64)
+    var = torch.tensor([[100.0, 1e-3, 3.0], [1e-4, 0.0, 9.0]], dtype=torch.float64)
+    E, g, h = lik.expectations(Y, mu, var)
+    for i in range(2):
+        total = 0.0
+        for t in range(3):
+            e, gg, hh = lik.expectations(Y[i:i + 1, t:t + 1], mu[i:i + 1, t:t + 1],
+                                         var[i:i + 1, t:t + 1])
+            total += float(e[0])
+            assert float(gg[0, 0]) == float(g[i, t]) and float(hh[0, 0]) == float(h[i, t])
+        assert abs(float(E[i]) - total) < 1e-12
+
+
 def test_student_t_is_not_log_concave():
     # an outlier's curvature is positive: h > 0, which the engine's safeguard must handle
     lik, Y, mu, v = _student(4.0, 1.0, 30.0, 1.0)
@@ -166,6 +184,8 @@ def test_student_t_with_theta_and_bounds():
     assert not other.theta.requires_grad
     assert np.all(np.isfinite(lik.bounds)) and lik.bounds.shape == (2, 2)
     assert np.exp(lik.bounds[0, 0]) + 2 > 2
+    again = pickle.loads(pickle.dumps(other))
+    assert torch.equal(again.theta, other.theta) and again.df == 3.0
 
 
 def _hetero_case():
