@@ -5,7 +5,9 @@ As in :mod:`skgpx.pathwise._likelihoods`, each likelihood returns for the margin
 derivatives ``g = dE/dmu``, ``h = dE/dv`` (Bonnet's and Price's theorems).  Both also carry
 free hyperparameters ``theta`` (unconstrained, with finite ``bounds`` for L-BFGS-B): ``E``
 is built from torch operations in ``theta``, so it is differentiable when ``theta``
-requires a gradient; ``g`` and ``h`` are values only.
+requires a gradient; ``g`` and ``h`` are values only (``E`` is not differentiable in
+``mu``, ``var``: the engine uses ``g``, ``h``).  ``log_predictive_density`` is
+``log E_q[p(y | f)]`` by log-sum-exp over quadrature nodes, for held-out NLPD.
 
 **Student-t** (:class:`StudentT`), one latent per target, ``r = y - f``, ``a = nu sigma^2``:
 
@@ -56,7 +58,7 @@ from ._likelihoods import _gauss_hermite
 # nodes by <= 2e-11 for v / a in [0.05, 3000] (5e-9 at 1e5; 64 nodes: 5e-6, the Gaussian's
 # peak in u then narrower than the nodes' spacing).
 WIDE_RATIO, WIDE_NODES, WIDE_SPAN = 0.05, 96, 9.0
-# Bounds on nu: above 2 + 1e-3 the variance factor nu / (nu - 2) stays below 2e3; beyond
+# Bounds on nu: above 2 + 1e-3 the variance factor nu / (nu - 2) stays at most ~2e3; beyond
 # nu = 1e3 the excess kurtosis 6 / (nu - 4) is below 0.006, the likelihood is Gaussian
 # to any data set's resolution and the gradient in nu vanishes (L-BFGS-B would drift).
 DF_RANGE = (2.0 + 1e-3, 1e3)
@@ -80,6 +82,13 @@ def _in_range(name, value, low, high):
     if not (math.isfinite(value) and low <= value <= high):
         raise ValueError(f"{name}={value!r} must be a finite number in [{low:g}, {high:g}].")
     return value
+
+
+def _count(n_quadrature):
+    if isinstance(n_quadrature, (bool, np.bool_)) or not isinstance(
+            n_quadrature, (int, np.integer)) or n_quadrature < 1:
+        raise ValueError(f"n_quadrature={n_quadrature!r} must be a positive integer.")
+    return int(n_quadrature)
 
 
 def _theta_like(theta, like):
@@ -111,9 +120,7 @@ class StudentT:
             raise ValueError("df and scale must be numbers, not booleans.")
         df = _in_range("df", df, *DF_RANGE)
         scale = _in_range("scale", scale, *SCALE_RANGE)
-        if int(n_quadrature) != n_quadrature or int(n_quadrature) < 1:
-            raise ValueError(f"n_quadrature={n_quadrature!r} must be a positive integer.")
-        self.n_quadrature = int(n_quadrature)
+        self.n_quadrature = _count(n_quadrature)
         self._set(torch.tensor([math.log(df - 2.0), math.log(scale)], dtype=torch.float64))
 
     def _set(self, theta):
@@ -274,9 +281,7 @@ class HeteroscedasticGaussian:
         if isinstance(log_noise_offset, bool):
             raise ValueError("log_noise_offset must be a number, not a boolean.")
         c = _in_range("log_noise_offset", log_noise_offset, *self.bounds[0])
-        if int(n_quadrature) != n_quadrature or int(n_quadrature) < 1:
-            raise ValueError(f"n_quadrature={n_quadrature!r} must be a positive integer.")
-        self.n_quadrature = int(n_quadrature)
+        self.n_quadrature = _count(n_quadrature)
         self.theta = torch.tensor([c], dtype=torch.float64)
         self.log_noise_offset = c
 

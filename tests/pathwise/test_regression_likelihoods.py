@@ -170,7 +170,8 @@ def test_student_t_noise_draws():
 
 @pytest.mark.parametrize("kwargs", [dict(df=2.0), dict(df=1.5), dict(df=float("nan")),
                                     dict(scale=0.0), dict(scale=-1.0), dict(df=1e6),
-                                    dict(n_quadrature=0)])
+                                    dict(n_quadrature=0), dict(n_quadrature=None),
+                                    dict(df=True)])
 def test_student_t_bad_parameters(kwargs):
     with pytest.raises(ValueError, match="must be"):
         StudentT(**kwargs)
