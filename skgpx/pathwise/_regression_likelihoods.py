@@ -24,9 +24,10 @@ with ``theta = (log(nu - 2), log sigma)``, so ``nu > 2`` and the noise variance
 its poles sit at ``r = +-i sqrt(a)``, at ``sqrt(a / v)`` standard deviations from the real
 axis, so Gauss-Hermite converges slowly once ``v`` is large against ``a``.  Two rules:
 
-* ``v <= WIDE_RATIO a``: Gauss-Hermite with ``n_quadrature`` nodes;
+* ``v <= WIDE_RATIO a`` or ``|m| >= FAR_SPAN sd`` (``m = y - mu``, the poles far in the
+  tail): Gauss-Hermite with ``n_quadrature`` nodes;
 * otherwise ``r = sqrt(a) sinh(u)``, Gauss-Legendre with ``WIDE_NODES`` nodes in ``u``
-  over ``r`` in ``[m - 9 sd, m + 9 sd]`` (``m = y - mu``).  The map moves the poles to
+  over ``r`` in ``[m - 9 sd, m + 9 sd]``.  The map moves the poles to
   ``u = +-i pi/2`` whatever ``a`` and ``v``, and stretches the region near ``r = 0``.
 
 **Heteroscedastic Gaussian** (:class:`HeteroscedasticGaussian`): ``y ~ N(f, exp(c + g))``,
@@ -53,11 +54,17 @@ import torch
 from ._likelihoods import _gauss_hermite
 
 # Student-t: Gauss-Hermite where v <= WIDE_RATIO nu sigma^2, the sinh rule beyond.  Measured
-# against scipy.integrate.quad (nu in [2.001, 1000], |y - mu| <= 300 sigma): 20 Gauss-Hermite
-# nodes err by <= 5e-12 at v / a = 0.05 (1e-8 at 0.1, 6e-6 at 0.2); the sinh rule with 96
-# nodes by <= 2e-11 for v / a in [0.05, 3000] (5e-9 at 1e5; 64 nodes: 5e-6, the Gaussian's
-# peak in u then narrower than the nodes' spacing).
+# against scipy.integrate.quad (nu in [2.001, 1000], |y - mu| up to 300 sigma): 20 Gauss-
+# Hermite nodes err by <= 5e-12 at v / a = 0.05 (1e-8 at 0.1, 6e-6 at 0.2); the sinh rule
+# with 96 nodes by <= 5e-11 for v / a in [0.05, 300], and for v / a = 3000 (1e5) by 5e-11
+# (4e-10) where |y - mu| < 4 sd, 1e-8 (1e-6) at 7 sd: the Gaussian's peak in u is then
+# narrower than the nodes' spacing (64 nodes: 6e-7 at v / a = 300, 6 sd).
 WIDE_RATIO, WIDE_NODES, WIDE_SPAN = 0.05, 96, 9.0
+# ... unless r = 0 lies FAR_SPAN or more sd from m: the poles are then out in the Gaussian's
+# tail and 20 Gauss-Hermite nodes err by <= 7e-11 whatever v / a (8e-8 at 6 sd, 1e-13 at 8),
+# while the sinh rule's interval, a difference of two asinh near asinh(m / sqrt(a)),
+# collapses in float32 (m = 3e7 sd: every weight 0)
+FAR_SPAN = 7.0
 # Bounds on nu: above 2 + 1e-3 the variance factor nu / (nu - 2) stays at most ~2e3; beyond
 # nu = 1e3 the excess kurtosis 6 / (nu - 4) is below 0.006, the likelihood is Gaussian
 # to any data set's resolution and the gradient in nu vanishes (L-BFGS-B would drift).
@@ -106,8 +113,9 @@ class StudentT:
     scale : float
         ``sigma`` in ``[1e-6, 1e3]``, in the normalised units of ``y``.
     n_quadrature : int
-        Gauss-Hermite nodes for narrow marginals (``v <= WIDE_RATIO nu sigma^2``); the
-        default 20 errs by <= 5e-12 there.  Wider marginals use the sinh rule.
+        Gauss-Hermite nodes for narrow marginals (``v <= WIDE_RATIO nu sigma^2``) and far
+        ones (``|y - mu| >= FAR_SPAN sd``); the default 20 errs by <= 5e-12 there.  Other
+        marginals use the sinh rule (module docstring).
     """
 
     shift_invariant = False
@@ -149,7 +157,7 @@ class StudentT:
         the rules are built without a graph (their nodes move with ``theta`` only at the
         rules' error level)."""
         sd = var.clamp_min(0.0).sqrt()
-        wide = var > WIDE_RATIO * a
+        wide = (var > WIDE_RATIO * a) & (m.abs() < FAR_SPAN * sd)
         n_wide = int(wide.sum())
         rules = []
         if n_wide < wide.numel():
