@@ -51,6 +51,7 @@ import numpy as np
 import scipy.special
 import torch
 
+from .._base import MovableState
 from ._likelihoods import _gauss_hermite
 
 # Student-t: Gauss-Hermite where v <= WIDE_RATIO nu sigma^2, the sinh rule beyond.  Measured
@@ -102,7 +103,7 @@ def _theta_like(theta, like):
     return theta.to(dtype=like.dtype, device=like.device)
 
 
-class StudentT:
+class StudentT(MovableState):
     r"""Student-t noise, ``y = f + sigma t_nu`` (module docstring for the maths and rules).
 
     Parameters
@@ -265,7 +266,7 @@ class StudentT:
         return (self.scale * t).to(dtype=dtype, device=device)
 
 
-class HeteroscedasticGaussian:
+class HeteroscedasticGaussian(MovableState):
     r"""``y ~ N(f, exp(c + g))`` with a second latent ``g`` per target (module docstring).
 
     ``mu``, ``var`` are (b, 2T): ``f``'s moments in the first ``T`` columns, ``g``'s in the

@@ -141,20 +141,22 @@ class SVGPMode(MovableState):
         (``None``: ``kernel``), e.g. ``[(None, T), (noise_kernel, T)]``.
     share_inducing : bool, default=True
         One ``Z`` for all groups, or one per group (each starts at ``Z0``).
+    label : str
+        The progress bar's title (``verbose``).
     """
 
     def __init__(self, kernel, likelihood, *, multi_class="binary", optimizer="adam",
                  max_iter=100, tol=1e-4, learning_rate=0.01, natgrad_step=0.1,
                  minibatch_size=1024, optimize_inducing=True, jitter=1e-8, batch_size=8192,
                  verbose=0, q_update="natgrad", inner="cached", inner_tol="adaptive",
-                 groups=None, share_inducing=True):
+                 groups=None, share_inducing=True, label="PathwiseGPClassifier fit (sparse)"):
         self.kernel, self.likelihood, self.multi_class = kernel, likelihood, multi_class
         self.optimizer, self.max_iter, self.tol = optimizer, max_iter, tol
         self.learning_rate, self.natgrad_step = learning_rate, natgrad_step
         self.minibatch_size, self.optimize_inducing = minibatch_size, optimize_inducing
         self.jitter, self.batch_size, self.verbose = jitter, batch_size, verbose
         self.q_update, self.inner, self.inner_tol = q_update, inner, inner_tol
-        self.groups, self.share_inducing = groups, share_inducing
+        self.groups, self.share_inducing, self.label = groups, share_inducing, label
         self.inner_passes, self._inner_tol, self._gamma = 0, INNER_TOL, 1.0
 
     # ------------------------------------------------------------------ fit
@@ -205,7 +207,7 @@ class SVGPMode(MovableState):
         self.history, self.n_iter, self.epoch_end_seconds = [], 0, []
         self.inner_passes, self._gamma = 0, 1.0
         self._inner_tol = INNER_LOOSE if self.inner_tol == "adaptive" else INNER_TOL
-        with progress_bar(self.verbose, "PathwiseGPClassifier fit (sparse)",
+        with progress_bar(self.verbose, self.label,
                           total=self.max_iter if self.optimizer == "adam" else None) as bar:
             self._bar = bar
             if self.optimizer == "adam":
@@ -239,7 +241,7 @@ class SVGPMode(MovableState):
         self.theta, self.kernel_, self.torch_kernel = (self.thetas[0], self.kernels_[0],
                                                        self.torch_kernels[0])
         self.Z, self.L, self.L_inverse = self.Zs[0], self.Ls[0], self.L_inverses[0]
-        self.jitter_ = max(jitters)
+        self.jitters, self.jitter_ = jitters, max(jitters)
 
     def _objective(self, rows, q, theta, Z, want_grad, n_total=None, want_H=True,
                    likelihood=None):
