@@ -23,12 +23,19 @@ the CPU field by field: :func:`skgpx._base.move_to_device`) with
     ``kernel`` (a clone the estimator owns) when ``est`` asks for it.  Reads its options
     from ``est``, appends the objective of each evaluation to ``history`` and returns the
     fitted kernel.  Afterwards the fields of :class:`Mode` hold the fitted state.
-``predict(Xq, *, noise, batch_size, want_var, want_cov)``
-    Predictive moments at the query rows ``Xq``: ``(mean (n*, T), var (n*,) or None,
-    cov (n*, n*) or None)`` in the units of the fitted ``Y``.  ``noise`` is the variance
-    the estimator adds at new inputs: None for the full kernel's (its ``WhiteKernel``
-    terms, scikit-learn's choice), a float for the signal plus that (0.0: the latent
-    function); see :meth:`Mode.prior_variance`.
+``predict(Xq, *, noise, batch_size, want_var, want_cov, observed)``
+    Predictive moments at the query rows ``Xq``: ``(mean (n*, T), var (n*,) or (n*, T)
+    or None, cov (n*, n*) or (n*, n*, T) or None)`` in the units of the fitted ``Y``.
+    ``noise`` is the variance the estimator adds at new inputs: None for the full
+    kernel's (its ``WhiteKernel`` terms, scikit-learn's choice), a float for the signal
+    plus that (0.0: the latent function); see :meth:`Mode.prior_variance`.
+    ``observed``: also add a non-Gaussian likelihood's noise (the Gaussian modes carry
+    theirs in the kernel, so ``noise`` says all for them).
+``noise_variance(Xq)``, ``sample_noise(Xq, n_samples, generator, draw_options)``
+    The expected observation noise variance (n*, 1) or (n*, T) at ``Xq``, and draws of a
+    likelihood's own noise (n*, S, T), or None where the kernel carries it (:class:`Mode`
+    gives both for the Gaussian modes).  ``exact_draws``: whether ``sample_y`` may draw
+    from the exact joint posterior (``prior="exact"``).
 ``posterior(**face)``
     The object that :func:`~skgpx.pathwise._predict.draw_functions` and
     :func:`~skgpx.pathwise._predict.draw_exact` consume: a
@@ -94,6 +101,7 @@ class Mode:
     shift: torch.Tensor = None  # (d,) centre of the random features; None: the origin
     lml: float = None  # the objective at theta: log marginal likelihood or its bound
     jitter: float = 0.0  # jitter that the fitted factorisation needed
+    exact_draws = True  # (class attribute) sample_y may draw the exact joint posterior
 
     def posterior(self, **face):
         """The posterior of this fit for draws (see the module docstring)."""
@@ -102,6 +110,15 @@ class Mode:
 
     def _posterior_fields(self):
         return {}
+
+    def noise_variance(self, Xq):
+        """The kernel's ``WhiteKernel`` noise level at the rows ``Xq``, (n*, 1)."""
+        return self.kernel.noise_level(self.theta).expand(Xq.shape[0], 1)
+
+    def sample_noise(self, Xq, n_samples, generator, draw_options):
+        """Draws of a likelihood's own noise: none for a Gaussian mode, whose noise is
+        the kernel's (added by the estimator)."""
+        return None
 
     def prior_variance(self, Xq, noise=None):
         """Prior variance at the rows ``Xq``: of the full kernel when ``noise`` is None,
@@ -157,7 +174,8 @@ class PriorMode(Mode):
         return cls(kernel=torch_kernel, theta=torch_kernel.theta_tensor(device, dtype),
                    n_targets=n_targets), face
 
-    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False,
+                observed=True):
         mean = Xq.new_zeros(Xq.shape[0], self.n_targets)
         return (mean, self.prior_variance(Xq, noise) if want_var else None,
                 self.prior_covariance(Xq, noise) if want_cov else None)

@@ -666,13 +666,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             self._check_query_memory(Xq.shape[0], "predict(return_cov=True)",
                                      "predict in chunks of rows with return_std=True")
         y_std, squeeze = face["y_std"], face["squeeze"]
-        variational = isinstance(engine, VariationalMode)
-        extra = {"observed": self.predict_noise != "latent"} if variational else {}
         with torch.no_grad():
             noise = None if self.predict_noise == "sklearn" else self._extra_noise(engine)
             mean, var, cov = engine.predict(Xq, noise=noise, batch_size=self.batch_size,
                                             want_var=return_std, want_cov=return_cov,
-                                            **extra)
+                                            observed=self.predict_noise != "latent")
             out = [self._squeeze(squeeze, face["y_mean"] + y_std * mean)]
             if return_std:  # one variance per row, or one per row and target
                 var = clip_negative_variance(var)
@@ -682,11 +680,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 cov = cov if cov.dim() == 3 else cov[..., None]
                 out.append(self._squeeze(squeeze, cov * y_std**2))
             if return_noise:
-                if variational:
-                    level = engine.noise_variance(Xq)
-                else:
-                    level = engine.kernel.noise_level(engine.theta).expand(Xq.shape[0], 1)
-                out.append(self._squeeze(squeeze, torch.sqrt(level) * y_std))
+                out.append(self._squeeze(squeeze, torch.sqrt(engine.noise_variance(Xq))
+                                         * y_std))
         return out[0] if len(out) == 1 else tuple(out)
 
     @staticmethod
@@ -742,11 +737,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         structured = isinstance(Xq, ObjectRows)
         if structured and self.prior == "rff":
             raise random_features_error(self.kernel, "sample_y with prior='rff'")
-        variational = isinstance(engine, VariationalMode)
-        if variational and self.prior == "exact":
+        if not engine.exact_draws and self.prior == "exact":
             raise ValueError(f"prior='exact' draws the exact Gaussian posterior; the fit of "
                              f"likelihood={self.likelihood!r} draws by prior='rff'.")
-        exact = self.method == "pathwise" and not variational and (
+        exact = self.method == "pathwise" and engine.exact_draws and (
             self.prior == "exact" or structured
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
@@ -766,9 +760,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             if noise > 0:
                 z = post.streams(generator).normal(values.shape[:-1])
                 values = values + post.y_std * np.sqrt(noise) * z
-            if variational and self.predict_noise != "latent":
-                values = values + post.y_std * engine.sample_noise(
-                    Xq, n_samples, generator, self._draw_options())
+            own = None if self.predict_noise == "latent" else engine.sample_noise(
+                Xq, n_samples, generator, self._draw_options())
+            if own is not None:  # a non-Gaussian likelihood's noise
+                values = values + post.y_std * own
             return to_numpy(sklearn_layout(values, post.squeeze))
 
     def sample_functions(self, n_samples=1, random_state=0):

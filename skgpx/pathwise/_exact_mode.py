@@ -119,7 +119,8 @@ class ExactMode(Mode):
             out["cg_n_iter_"] = int(self.cg.n_iter)
         return out
 
-    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False,
+                observed=True):
         def cross(Xc):
             return self.kernel(Xc, self.X, theta=self.theta, part="signal")
 

@@ -115,7 +115,8 @@ class SparseMode(Mode):
         return {"noise_variance_": noise, "inducing_points_": to_numpy(self.factors.Z),
                 "q_mu_": to_numpy(self.factors.q_mu), "q_sqrt_": to_numpy(self.factors.q_sqrt)}
 
-    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False):
+    def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False,
+                observed=True):
         factors = self.factors
 
         def cross(Xc):

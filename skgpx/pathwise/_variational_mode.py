@@ -71,6 +71,7 @@ class VariationalMode(Mode):
     X: torch.Tensor = None  # (n, d) rows held here (None for Dask rows)
     Y: torch.Tensor = None  # (n, T) targets as fitted
     dask_rows: tuple = None  # (X, Y) Dask collections
+    exact_draws = False  # draws come from q(u), through random features
 
     @classmethod
     def plan(cls, est, kernel, n, d, device, n_targets=1):
