@@ -199,9 +199,10 @@ ax.fill_between(grid[:, 0], mean_g - 1.645 * std_g, mean_g + 1.645 * std_g, colo
                 alpha=0.15)
 ax.plot(grid[:, 0], mean_t, c="C1", label="Student-t: mean, 90 % of draws")
 ax.fill_between(grid[:, 0], low_t, high_t, color="C1", alpha=0.3)
-ax.set(xlabel="x", ylabel="y",
+span = y.max() - y.min()  # room above the data for the legend
+ax.set(xlabel="x", ylabel="y", ylim=(y.min() - 0.05 * span, y.max() + 0.3 * span),
        title=f"gross outliers (Student-t: nu = {student.df_:.3f})")
-ax.legend(loc="best", fontsize=8)
+ax.legend(loc="upper center", ncol=2, fontsize=8)
 
 ax = fig.add_subplot(spec[:2, 1])
 ax.scatter(Xh[:, 0], yh, s=5, c="0.4", label="data")
