@@ -285,3 +285,16 @@ def test_distributed_robust_regression_equals_in_memory_fit(client, likelihood):
     ref_value, ref_grad = memory.log_marginal_likelihood(theta, eval_gradient=True)
     assert value == pytest.approx(ref_value, rel=1e-11)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-8)
+
+
+def test_dask_refuses_the_minibatch_route_of_a_likelihood_before_any_work(monkeypatch):
+    from skgpx.pathwise import _sparse
+
+    def never(*args, **kwargs):  # inducing inputs are the fit's first piece of work
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(_sparse, "initial_inducing_points", never)
+    X = da.from_array(np.zeros((40, 2)), chunks=(20, 2))
+    with pytest.raises(ValueError, match="optimizer='fmin_l_bfgs_b'"):
+        PathwiseGPSampler(likelihood="student_t", n_inducing=5, optimizer="adam").fit(
+            X, da.from_array(np.zeros(40), chunks=20))

@@ -256,9 +256,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Inducing inputs (sparse mode).
     q_mu_ : ndarray of shape (n_inducing, n_targets)
         Mean of the optimal ``q(u)`` (sparse mode; normalised units with ``normalize_y``).
-    q_sqrt_ : ndarray of shape (n_inducing, n_inducing)
+    q_sqrt_ : ndarray of shape (n_inducing, n_inducing) or (n_targets, n_inducing, \
+            n_inducing)
         Lower-triangular square root of the optimal ``q(u)`` covariance, shared by the
-        targets (sparse mode).
+        targets (sparse mode); one per target with a non-Gaussian ``likelihood`` (whitened:
+        ``u = L_z v``, ``q(v) = N(q_mu_, q_sqrt_ q_sqrt_^T)``).
     cg_n_iter_ : int
         CG iterations of the solve ``K_A^{-1} y`` in ``fit`` (CG solver only).
     df_, noise_scale_ : float

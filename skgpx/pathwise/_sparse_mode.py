@@ -60,6 +60,11 @@ class SparseMode(Mode):
         if np.ndim(est.alpha) != 0:
             raise ValueError("Fitting on Dask collections takes a scalar alpha; put "
                              "per-row noise into a WhiteKernel or fit in memory.")
+        if est.optimizer == "adam" and est.likelihood != "gaussian":
+            raise ValueError(f"likelihood={est.likelihood!r} with optimizer='adam' takes "
+                             "mini-batches of rows in memory; on Dask collections use the "
+                             "default optimizer='fmin_l_bfgs_b', whose full-data passes are "
+                             "sums over the blocks.")
         if est.optimizer == "adam" and est.minibatch_size is not None:
             raise ValueError("minibatch_size (SVGP mini-batches) needs in-memory data; on "
                              "Dask collections use optimizer='adam' with minibatch_size=None "
