@@ -12,8 +12,9 @@ difference is formed seed by seed before its mean and standard error (sd / sqrt(
 Parts (``--parts``, comma-separated; all by default):
 
 * ``outliers``: ``make_friedman_outliers`` (make_friedman1, d = 10, n = 2 000, noise 1, 5 % of
-  the targets shifted by +-30), 1 000 held-out rows, ``--seeds`` seeds, m = ``--m`` (64: the
-  Gaussian model's RMSE is the same at 128, see the closing note of the part).  Models: the
+  the targets shifted by +-30), 1 000 held-out rows, ``--seeds`` seeds, m = ``--m`` (64: on
+  seeds 0 and 1 the Gaussian model's RMSE on clean data was 0.153 and 0.146 at m = 64, 0.151
+  and 0.151 at 128, and learning the inducing inputs changed it by < 0.005).  Models: the
   Student-t model on the contaminated data; the Gaussian model (today's SGPR) on the clean data
   (``make_friedman1`` of the same seed) and on the contaminated data; GPyTorch's SVGP with
   ``StudentTLikelihood`` on the contaminated data (``ApproximateGP``, whitened
