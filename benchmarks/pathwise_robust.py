@@ -287,7 +287,8 @@ def part_outliers(args, memo):
     lines = [f"outliers anchors: Gaussian clean RMSE {F.fmt_pm(rmse['gauss_clean'])}, "
              f"Gaussian contaminated {F.fmt_pm(rmse['gauss_contam'])}, GPyTorch Student-t "
              f"{F.fmt_pm(rmse['gpytorch_t'])} in {F.fmt_pm(secs['gpytorch_t'], 2)} s per fit "
-             f"(ours Gaussian {F.fmt_pm(secs['gauss_contam'], 2)} s)"]
+             f"(ours Gaussian {F.fmt_pm(secs['gauss_contam'], 2)} s); GPyTorch / Gaussian clean"
+             f" RMSE {paired_ratio(rmse['gpytorch_t'], rmse['gauss_clean'])[2]}"]
     if not np.isfinite(rmse["student_t"]).any():
         err = next(r["error"] for r in recs["student_t"] if r["error"])
         return lines + [f"outliers: Student-t model: no result ({err[:120]})"]
