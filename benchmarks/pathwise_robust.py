@@ -341,11 +341,18 @@ def part_hetero(args, memo):
     n, n_test = args.hetero_n, args.hetero_n
     lines = []
     for d in (1, 5):
-        recs, noise = {"hetero": [], "gauss": []}, []
+        recs, noise, oracle = {"hetero": [], "gauss": []}, [], []
         for seed in range(args.seeds):
-            X, y, s, _ = make_heteroscedastic(n + n_test, n_features=d, random_state=seed,
+            X, y, s, f = make_heteroscedastic(n + n_test, n_features=d, random_state=seed,
                                               return_noise=True)
             noise.append(s[n:])
+            # the oracle (true mean and noise std): the floor of the NLPD, and a check of the
+            # coverage machinery (90 % in every decile up to Monte Carlo error)
+            z = (y[n:] - f[n:]) / s[n:]
+            oracle.append({"error": None, "warnings": [], "density": "exact",
+                           "nlpd": float(np.mean(0.5 * np.log(2 * np.pi * s[n:] ** 2)
+                                                 + 0.5 * z**2)),
+                           "covered": np.abs(z) <= Z90})
             for name in C.rotated(list(recs), seed):
                 rec = hetero_fit(name, (X[:n], y[:n], X[n:], y[n:]), args, seed)
                 recs[name].append(rec)
@@ -357,9 +364,10 @@ def part_hetero(args, memo):
         edges = np.quantile(s_all, np.linspace(0, 1, 11))
         decile = np.clip(np.searchsorted(edges, s_all, side="right") - 1, 0, 9)
         rows, cover, failed = [], {}, []
-        for name, label in (("hetero", "heteroscedastic"), ("gauss", "Gaussian")):
-            ok = [r for r in recs[name] if not r["error"]]
-            if len(ok) < len(recs[name]):
+        for name, label in (("hetero", "heteroscedastic"), ("gauss", "Gaussian"),
+                            ("oracle", "oracle (true mean, noise std)")):
+            ok = oracle if name == "oracle" else [r for r in recs[name] if not r["error"]]
+            if name != "oracle" and len(ok) < len(recs[name]):
                 err = next(r["error"] for r in recs[name] if r["error"])
                 rows.append([label, "-"] + ["-"] * 10)
                 failed.append(f"{label}: {len(recs[name]) - len(ok)} failed fit(s): "
