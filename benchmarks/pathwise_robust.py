@@ -460,8 +460,10 @@ def part_scale(args, memo):
                                                   "info"],
                   [[what, C.fmt_seconds(seconds), C.fmt_bytes(rss), C.fmt_bytes(gpu),
                     str(res["info"])]])
+    verdict = (C.verdict(seconds < 600 and rss < 2e9) if args.scale_likelihood == "student_t"
+               else "reference, no target")
     return [f"{what}: fit {C.fmt_seconds(seconds)} s, peak RSS {C.fmt_bytes(rss)} (targets "
-            f"< 600 s, < 2 GB): {C.verdict(seconds < 600 and rss < 2e9)}"]
+            f"< 600 s, < 2 GB): {verdict}"]
 
 
 # ---------------------------------------------------------------- main
