@@ -121,6 +121,13 @@ def _pathwise_extra(est, Xq):
                 est.kernel_.theta))}
 
 
+def _pathwise_likelihood(likelihood, **params):
+    # issue 33: the sparse variational fit of a non-Gaussian likelihood (full-data passes)
+    return PathwiseGPSampler(**{
+        "kernel": ConstantKernel(1.0) * RBF(1.0), "likelihood": likelihood, "n_inducing": 10,
+        "max_iter": 15, "n_features": 64, "random_state": 0, "device": "cpu", **params})
+
+
 def _gpc(**params):
     # three string-labelled blobs: one-vs-rest, each class's kernel fitted with a restart
     return PathwiseGPClassifier(**{
@@ -178,6 +185,20 @@ CASES = {
         seed_moves_predictions=False,
         float32=_pathwise_fixed,
         extra=_pathwise_extra, predicts_before_fit=True, array_params=("alpha",)),
+    "PathwiseGPSampler-student_t": Case(
+        make=functools.partial(_pathwise_likelihood, "student_t"), data=_sine_data,
+        # the seed picks the k-means++ inducing inputs, which moves the fitted model
+        seeded=True, seed_moves_predictions=True,
+        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed"),
+                             optimizer=None),
+        extra=_pathwise_extra),
+    "PathwiseGPSampler-heteroscedastic": Case(
+        make=functools.partial(_pathwise_likelihood, "heteroscedastic"), data=_sine_data,
+        seeded=True, seed_moves_predictions=True,
+        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed"),
+                             noise_kernel=ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed"),
+                             optimizer=None),
+        extra=_pathwise_extra),
     "PathwiseGPClassifier": Case(
         make=_gpc, data=_blob_data, seeded=True,
         # the restarts start elsewhere (objective_history_) but reach the same optima

@@ -258,3 +258,30 @@ def test_distributed_sparse_classifier_equals_in_memory_fit(client):
     with pytest.raises(ValueError, match="needs the rows in memory"):
         PathwiseGPClassifier(n_inducing=5, optimizer="adam").fit(
             da.from_array(X, chunks=(250, 3)), labels)
+
+
+@pytest.mark.parametrize("likelihood", ["student_t", "heteroscedastic"])
+def test_distributed_robust_regression_equals_in_memory_fit(client, likelihood):
+    # issue 33: the bound of a non-Gaussian likelihood and its gradient in the kernels',
+    # the likelihood's hyperparameters and Z (g's own Z here), summed on the workers
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(600, 2))
+    y = np.sin(X[:, 0]) + (0.1 + 0.1 * (X[:, 1] + 3)) * rng.standard_normal(600)
+    params = dict(kernel=ConstantKernel(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-2, 1e2)),
+                  likelihood=likelihood, share_inducing=False, optimize_inducing=True,
+                  n_inducing=10, max_iter=6, random_state=0, batch_size=500)
+    memory = PathwiseGPSampler(**params).fit(X, y)
+    chunked = PathwiseGPSampler(**params).fit(da.from_array(X, chunks=(250, 2)),
+                                              da.from_array(y, chunks=250))
+    assert chunked.log_marginal_likelihood_value_ == pytest.approx(
+        memory.log_marginal_likelihood_value_, rel=1e-8)
+    np.testing.assert_allclose(chunked.kernel_.theta, memory.kernel_.theta, atol=1e-6)
+    Xq = X[:40] + 0.1
+    for got, expected in zip(chunked.predict(Xq, return_std=True, return_noise=True),
+                             memory.predict(Xq, return_std=True, return_noise=True)):
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+    theta = memory.kernel_.theta + 0.2
+    value, grad = chunked.log_marginal_likelihood(theta, eval_gradient=True)
+    ref_value, ref_grad = memory.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(ref_value, rel=1e-11)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-8)

@@ -35,6 +35,13 @@ CHECKED = [
                       learning_rate=0.05, random_state=0),
     PathwiseGPSampler(WhiteKernel(0.1) + Matern(1.0, nu=1.5), optimizer=None, solver="cg",
                       cg_preconditioner_rank=20, cg_tol=1e-8),
+    # issue 33: the Student-t likelihood on inducing points (L-BFGS-B, full passes), the
+    # heteroscedastic one full rank on mini-batches (natural gradients and Adam)
+    PathwiseGPSampler(ConstantKernel(1.0) * RBF(1.0), likelihood="student_t", n_inducing=16,
+                      max_iter=30, random_state=0),
+    PathwiseGPSampler(ConstantKernel(1.0) * RBF(1.0), likelihood="heteroscedastic",
+                      optimizer="adam", minibatch_size=32, max_iter=15, learning_rate=0.05,
+                      tol=None, normalize_y=True, random_state=0),
     # issue 32: scikit-learn's GPC in exact mode (fixed default kernel), and hyperparameter
     # fitting with restarts, one-vs-one and the probit link
     PathwiseGPClassifier(),

@@ -35,6 +35,7 @@ from ._functions import sklearn_layout
 from ._model import clip_negative_variance
 from ._predict import check_draws_memory, draw_exact, draw_functions
 from ._sparse_mode import SparseMode
+from ._variational_mode import VariationalMode
 
 
 class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -61,7 +62,37 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         ``ConstantKernel() * RBF()`` at ``fit`` (hyperparameters optimised) and
         ``ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed")`` as the prior of an unfitted
         model.  Its top-level ``WhiteKernel`` terms are the observation noise; the rest is
-        the signal.
+        the signal.  (With a non-Gaussian ``likelihood`` the likelihood carries the
+        noise, and a ``WhiteKernel`` is latent noise of ``f`` at each row.)
+    likelihood : {"gaussian", "student_t", "heteroscedastic"}, default="gaussian"
+        The observation model.  ``"gaussian"``: the exact or sparse GP of the kernel's
+        noise, as scikit-learn's.  ``"student_t"``: ``y = f(x) + sigma e`` with ``e``
+        Student-t distributed with ``nu > 2`` degrees of freedom, robust to gross
+        outliers; ``nu`` and ``sigma`` are learned (one pair for all targets).
+        ``"heteroscedastic"``: ``y ~ N(f(x), exp(c + g(x)))`` with the log noise
+        variance a second GP ``g`` of kernel ``noise_kernel`` around a learned offset
+        ``c``.  Both fit the sparse variational bound (Hensman et al., 2015) by natural
+        gradient steps on ``q(u)`` with ``optimizer`` on the hyperparameters: on
+        ``n_inducing`` inducing points, or with neither ``n_inducing`` nor
+        ``inducing_points`` at the training rows themselves (full rank, for small
+        ``n``).  ``alpha``, ``solver``, ``presolve_rows`` and the CG options do not
+        apply to them.
+    noise_kernel : kernel instance, default=None
+        ``likelihood="heteroscedastic"``: the kernel of ``g``; None means
+        ``ConstantKernel() * RBF()``.
+    share_inducing : bool, default=True
+        ``likelihood="heteroscedastic"``: ``g`` uses the inducing inputs of ``f`` (True)
+        or its own, started at the same rows and learned separately (False).
+    natgrad_step : float, default=0.1
+        Non-Gaussian likelihoods: the natural-gradient step size on ``q(u)`` of the
+        ``"adam"`` route after a short warm-up (the ``"fmin_l_bfgs_b"`` route brings
+        ``q(u)`` to its optimum at every evaluation).
+    tol : float or None, default=1e-4
+        Non-Gaussian likelihoods: the fit stops once the bound rose by at most
+        ``tol * |bound|`` per epoch (``"adam"``) or iteration (L-BFGS-B) over the last
+        three; None runs ``max_iter``.
+    n_quadrature : int, default=20
+        ``likelihood="student_t"``: Gauss-Hermite nodes of its expected log-likelihood.
     alpha : float or ndarray of shape (n_samples,), default=1e-10
         Added to the diagonal of the training kernel matrix (noise on training data only).
     n_features : int, default=1024
@@ -125,7 +156,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Sparse mode with ``optimizer="adam"`` only: rows per Adam step of the
         uncollapsed SVGP bound (Hensman et al., 2013), for data that one pass per step
         cannot afford.  None uses the collapsed bound on all rows.  The final ``q(u)``
-        is always the optimal collapsed one at the learnt hyperparameters.
+        is always the optimal collapsed one at the learnt hyperparameters.  With a
+        non-Gaussian ``likelihood`` and ``optimizer="adam"`` the fit always takes
+        mini-batches, of 1024 rows when None.
     presolve_rows : int, "auto" or None, default="auto"
         Sparse mode with L-BFGS-B on in-memory data: first fit the hyperparameters on
         a random subset of this many rows (when fewer than ``n``), and start the fit
@@ -144,7 +177,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         Noise in ``predict`` std/cov and in :meth:`sample_y`: ``"sklearn"`` adds the
         ``WhiteKernel`` noise but not ``alpha`` (scikit-learn's semantics), ``"latent"``
         adds none, ``"observed"`` adds the ``WhiteKernel`` noise and a scalar ``alpha``.
-        :meth:`sample_functions` always draws latent functions.
+        A non-Gaussian likelihood's noise is added by all but ``"latent"`` (Student-t:
+        ``sigma^2 nu / (nu - 2)``; heteroscedastic: ``E[exp(c + g(x))]``; in
+        :meth:`sample_y` draws of it).  :meth:`sample_functions` always draws latent
+        functions.
     solver : {"auto", "cholesky", "cg"}, default="auto"
         Exact-mode solves with ``K_A = K + diag(noise)``: a Cholesky factor
         (``O(n^3)`` time, ``O(n^2)`` memory), or preconditioned block conjugate
@@ -225,6 +261,15 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         targets (sparse mode).
     cg_n_iter_ : int
         CG iterations of the solve ``K_A^{-1} y`` in ``fit`` (CG solver only).
+    df_, noise_scale_ : float
+        ``nu`` and ``sigma`` of ``likelihood="student_t"`` (``sigma`` in the units of
+        the fitted targets: normalised with ``normalize_y``).
+    noise_kernel_ : kernel instance
+        The fitted kernel of ``g`` (``likelihood="heteroscedastic"``).
+    log_noise_offset_ : float
+        The offset ``c`` of the log noise variance (``likelihood="heteroscedastic"``).
+    noise_inducing_points_ : ndarray of shape (n_inducing, n_features)
+        The inducing inputs of ``g`` when ``share_inducing=False``.
     y_mean_, y_scale_ : ndarray of shape (n_targets,)
         Target normalisation (0 and 1 without ``normalize_y``).
     jitter_ : float
@@ -290,6 +335,12 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
     _parameter_constraints = {
         "kernel": [None, Kernel],
+        "likelihood": [StrOptions({"gaussian", "student_t", "heteroscedastic"})],
+        "noise_kernel": [None, Kernel],
+        "share_inducing": ["boolean"],
+        "natgrad_step": [Interval(Real, 0, 1, closed="right")],
+        "tol": [Interval(Real, 0, None, closed="neither"), None],
+        "n_quadrature": [Interval(Integral, 2, None, closed="left")],
         "alpha": [Interval(Real, 0, None, closed="left"), np.ndarray],
         "n_features": [Interval(Integral, 1, None, closed="left")],
         "feature_map": [StrOptions({"sincos", "cosine"})],
@@ -325,7 +376,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         "verbose": ["verbose"],
     }
 
-    def __init__(self, kernel=None, *, alpha=1e-10, n_features=1024, feature_map="sincos",
+    def __init__(self, kernel=None, *, likelihood="gaussian", noise_kernel=None,
+                 share_inducing=True, natgrad_step=0.1, tol=1e-4, n_quadrature=20,
+                 alpha=1e-10, n_features=1024, feature_map="sincos",
                  frequency_sampling="iid", shared_basis=True, prior="rff", exact_prior_max=2000,
                  method="pathwise", inducing_points=None, n_inducing=None,
                  optimize_inducing=False, optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0,
@@ -336,6 +389,12 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                  copy_X_train=True, batch_size=8192, device="auto", dtype="float64",
                  random_state=None, verbose=0):
         self.kernel = kernel
+        self.likelihood = likelihood
+        self.noise_kernel = noise_kernel
+        self.share_inducing = share_inducing
+        self.natgrad_step = natgrad_step
+        self.tol = tol
+        self.n_quadrature = n_quadrature
         self.alpha = alpha
         self.n_features = n_features
         self.feature_map = feature_map
@@ -423,7 +482,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         alpha = float(self.alpha) if dask else self._alpha_vector(n)
         n_targets = y.shape[1] if y.ndim > 1 else 1
         self._check_n_targets(n_targets)
-        engine = self._plan(kernel, n, d, device)
+        engine = self._plan(kernel, n, d, device, n_targets)
         x_mean = None
         if dask:
             x_mean, y_mean, y_std = dask_summaries(X, y, dtype)
@@ -490,10 +549,18 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             )
         TorchKernel(kernel).check_n_features(n_features_in)
 
-    def _plan(self, kernel, n, d, device):
+    def _plan(self, kernel, n, d, device, n_targets):
         """The mode object of this fit (``_engine``); refuses, before any work, what
         cannot run."""
+        variational = self.likelihood != "gaussian"
         sparse = self.inducing_points is not None or self.n_inducing is not None
+        if variational and self.minibatch_size is not None and self.optimizer != "adam":
+            raise ValueError(f"minibatch_size={self.minibatch_size} needs optimizer='adam'; "
+                             "set minibatch_size=None otherwise.")
+        if variational:
+            if self.inducing_points is not None and self.n_inducing is not None:
+                raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
+            return VariationalMode.plan(self, kernel, n, d, device, n_targets)
         if self._structured_inputs():
             check_structured_options(self, sparse)
         if self.inducing_points is not None and self.n_inducing is not None:
@@ -559,7 +626,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         engine, face = self._fitted_or_prior(X.shape[1])
         return engine, face, self._as_tensor(X, engine.theta.device, engine.theta.dtype)
 
-    def predict(self, X, return_std=False, return_cov=False):
+    def predict(self, X, return_std=False, return_cov=False, return_noise=False):
         """Predict with the GP posterior (the prior before ``fit``).
 
         Parameters
@@ -569,6 +636,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             Also return the predictive standard deviation.
         return_cov : bool, default=False
             Also return the predictive covariance (dense, ``n_queries^2``).
+        return_noise : bool, default=False
+            Also return the standard deviation of the observation noise at X:
+            ``sqrt(E[exp(c + g(x))])`` for ``likelihood="heteroscedastic"``,
+            ``sigma sqrt(nu / (nu - 2))`` for ``"student_t"``, the square root of the
+            ``WhiteKernel`` noise level for ``"gaussian"``.
 
         Returns
         -------
@@ -576,6 +648,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         y_std : ndarray of shape (n_queries,) or (n_queries, n_targets), optional
         y_cov : ndarray of shape (n_queries, n_queries) or \
                 (n_queries, n_queries, n_targets), optional
+        noise_std : ndarray of shape (n_queries,) or (n_queries, n_targets), optional
+            Last, when ``return_noise``.
 
         Raises
         ------
@@ -592,17 +666,28 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             self._check_query_memory(Xq.shape[0], "predict(return_cov=True)",
                                      "predict in chunks of rows with return_std=True")
         y_std, squeeze = face["y_std"], face["squeeze"]
+        variational = isinstance(engine, VariationalMode)
+        extra = {"observed": self.predict_noise != "latent"} if variational else {}
         with torch.no_grad():
             noise = None if self.predict_noise == "sklearn" else self._extra_noise(engine)
             mean, var, cov = engine.predict(Xq, noise=noise, batch_size=self.batch_size,
-                                            want_var=return_std, want_cov=return_cov)
-            y_mean = self._squeeze(squeeze, face["y_mean"] + y_std * mean)
-            if return_std:
-                var = clip_negative_variance(var)[:, None] * y_std**2
-                return y_mean, self._squeeze(squeeze, torch.sqrt(var))
+                                            want_var=return_std, want_cov=return_cov,
+                                            **extra)
+            out = [self._squeeze(squeeze, face["y_mean"] + y_std * mean)]
+            if return_std:  # one variance per row, or one per row and target
+                var = clip_negative_variance(var)
+                var = (var if var.dim() == 2 else var[:, None]) * y_std**2
+                out.append(self._squeeze(squeeze, torch.sqrt(var)))
             if return_cov:
-                return y_mean, self._squeeze(squeeze, cov[..., None] * y_std**2)
-        return y_mean
+                cov = cov if cov.dim() == 3 else cov[..., None]
+                out.append(self._squeeze(squeeze, cov * y_std**2))
+            if return_noise:
+                if variational:
+                    level = engine.noise_variance(Xq)
+                else:
+                    level = engine.kernel.noise_level(engine.theta).expand(Xq.shape[0], 1)
+                out.append(self._squeeze(squeeze, torch.sqrt(level) * y_std))
+        return out[0] if len(out) == 1 else tuple(out)
 
     @staticmethod
     def _squeeze(squeeze, values):
@@ -657,7 +742,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         structured = isinstance(Xq, ObjectRows)
         if structured and self.prior == "rff":
             raise random_features_error(self.kernel, "sample_y with prior='rff'")
-        exact = self.method == "pathwise" and (
+        variational = isinstance(engine, VariationalMode)
+        if variational and self.prior == "exact":
+            raise ValueError(f"prior='exact' draws the exact Gaussian posterior; the fit of "
+                             f"likelihood={self.likelihood!r} draws by prior='rff'.")
+        exact = self.method == "pathwise" and not variational and (
             self.prior == "exact" or structured
             or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
         )
@@ -677,6 +766,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             if noise > 0:
                 z = post.streams(generator).normal(values.shape[:-1])
                 values = values + post.y_std * np.sqrt(noise) * z
+            if variational and self.predict_noise != "latent":
+                values = values + post.y_std * engine.sample_noise(
+                    Xq, n_samples, generator, self._draw_options())
             return to_numpy(sklearn_layout(values, post.squeeze))
 
     def sample_functions(self, n_samples=1, random_state=0):

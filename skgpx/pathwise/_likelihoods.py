@@ -22,7 +22,15 @@ draws gives the value and both derivatives.
   ``E[t(f)] ~ pi^{-1/2} sum_k w_k t(mu + sqrt(2 v) x_k)``.
 * :class:`Softmax` (``C`` latents, one-hot labels): Monte Carlo with ``n_mc_samples``
   antithetic draws shared by all rows (:class:`Softmax` says what its error is).
-* :class:`Gaussian`: the conjugate case, in closed form; the natural-gradient tests use it.
+* :class:`Gaussian`: the conjugate case, in closed form, with its noise variance a
+  likelihood hyperparameter (``theta = log noise``).
+
+**Protocol** (the SVGP engine, ``_svgp``): ``theta`` (k,) free hyperparameters (unconstrained,
+log-type; k = 0 for the classifier's likelihoods), ``bounds`` (k, 2), ``names`` (k),
+``log_concave`` (False: natural steps are safeguarded), ``shift_invariant``,
+``expectations(Y, mu, var, theta=None)`` with ``E`` differentiable in ``theta`` when it
+requires grad (``g``, ``h`` may be detached), and ``with_theta(theta)`` (a copy at another
+theta).
 """
 
 import functools
@@ -161,7 +169,28 @@ def _wide_logit(m, v):
     return kink - bump, d_kink_m - d_bump_m, d_kink_v - d_bump_v
 
 
-class Bernoulli:
+class _Fixed:
+    """The protocol's hyperparameter attributes of a likelihood without any (k = 0)."""
+
+    log_concave = True
+    names = ()
+
+    @property
+    def theta(self):
+        return torch.zeros(0, dtype=torch.float64)
+
+    @property
+    def bounds(self):
+        return np.zeros((0, 2))
+
+    def with_theta(self, theta):
+        if len(theta) != 0:
+            raise ValueError(f"{type(self).__name__} has no hyperparameters; got "
+                             f"{len(theta)} values.")
+        return self
+
+
+class Bernoulli(_Fixed):
     r"""Bernoulli likelihood ``p(y = 1 | f) = sigma(f)`` (logit) or ``Phi(f)`` (probit).
 
     Labels are 0/1 per latent column (binary: one column; one-vs-rest: one column per
@@ -196,7 +225,7 @@ class Bernoulli:
         """``sum_c log p(y_ic | f_ic)`` per row, for ``Y`` and ``f`` of shape (b, L)."""
         return self._derivatives((2.0 * Y - 1.0) * f)[0].sum(1)
 
-    def expectations(self, Y, mu, var):
+    def expectations(self, Y, mu, var, theta=None):
         """``(E, g, h)``: ``E`` (b,) summed over latents; ``g``, ``h`` (b, L) (module doc).
 
         ``var`` below zero (round-off of ``k_ii - q_ii``) counts as zero.
@@ -232,7 +261,7 @@ class Bernoulli:
         return torch.where(var <= 9.0, quadrature, mixture).clamp_(0.0, 1.0)
 
 
-class Softmax:
+class Softmax(_Fixed):
     r"""Softmax likelihood over ``C`` latents, ``log p(y | f) = f_y - log sum_c exp f_c``.
 
     The expectations under independent marginals ``f_c ~ N(mu_c, v_c)`` are Monte-Carlo
@@ -287,7 +316,7 @@ class Softmax:
         """``log softmax_y(f)`` per row for one-hot ``Y`` and ``f`` of shape (b, C)."""
         return (Y * torch.log_softmax(f, dim=1)).sum(1)
 
-    def expectations(self, Y, mu, var):
+    def expectations(self, Y, mu, var, theta=None):
         """``(E, g, h)`` for one-hot ``Y`` (b, C): ``E`` (b,), ``g``, ``h`` (b, C).
 
         The draws are laid out class-major, ``(C, b, S)``: the reductions over the few
@@ -332,21 +361,45 @@ class Softmax:
 
 
 class Gaussian:
-    """``y ~ N(f, noise)``: ``E``, ``g = (y - mu) / noise``, ``h = -1 / (2 noise)`` exactly."""
+    """``y ~ N(f, noise)``: ``E``, ``g = (y - mu) / noise``, ``h = -1 / (2 noise)`` exactly.
+
+    ``theta = (log noise,)`` within ``log(noise_bounds)``: an SVGP with this likelihood and
+    its noise learned reaches the optimum of Titsias' collapsed bound (``_sparse``) with
+    the noise as a ``WhiteKernel``.
+    """
 
     shift_invariant = False
+    log_concave = True
+    names = ("log_noise_variance",)
 
-    def __init__(self, noise):
-        self.noise = float(noise)
+    def __init__(self, noise, noise_bounds=(1e-6, 1e6)):
+        self.noise, self.noise_bounds = float(noise), tuple(noise_bounds)
+
+    @property
+    def theta(self):
+        return torch.tensor([math.log(self.noise)], dtype=torch.float64)
+
+    @property
+    def bounds(self):
+        return np.log(np.asarray([self.noise_bounds], dtype=np.float64))
+
+    def with_theta(self, theta):
+        return Gaussian(math.exp(float(theta[0])), self.noise_bounds)
 
     def log_likelihood(self, Y, f):
         return (-0.5 * math.log(2 * math.pi * self.noise)
                 - 0.5 * (Y - f) ** 2 / self.noise).sum(1)
 
-    def expectations(self, Y, mu, var):
-        s2 = self.noise
-        E = (-0.5 * math.log(2 * math.pi * s2) - 0.5 * ((Y - mu) ** 2 + var) / s2).sum(1)
-        return E, (Y - mu) / s2, torch.full_like(mu, -0.5 / s2)
+    def expectations(self, Y, mu, var, theta=None):
+        if theta is None:
+            s2 = self.noise
+            E = (-0.5 * math.log(2 * math.pi * s2) - 0.5 * ((Y - mu) ** 2 + var) / s2).sum(1)
+            return E, (Y - mu) / s2, torch.full_like(mu, -0.5 / s2)
+        log_s2 = theta[0]
+        inv = torch.exp(-log_s2)
+        E = (-0.5 * (math.log(2 * math.pi) + log_s2) - 0.5 * ((Y - mu) ** 2 + var) * inv).sum(1)
+        inv = inv.detach()
+        return E, (Y - mu) * inv, (-0.5 * inv).expand_as(mu).clone()
 
     def predict(self, mu, var):
         return mu

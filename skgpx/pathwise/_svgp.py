@@ -1,8 +1,8 @@
-r"""Whitened sparse variational GP (SVGP) for classification: the bound, its gradients and
-the natural-gradient step on ``q``.  The training drivers and the mode object that the
-estimator calls (``SVGPMode``: fit once, then ``latent_mean_and_variance``,
-``predict_proba``, ``posterior``) are in ``_svgp_fit``, whose docstring states that
-interface.
+r"""Whitened sparse variational GP (SVGP) for classification and non-Gaussian regression:
+the bound, its gradients and the natural-gradient step on ``q`` (``_svgp_q``).  The
+training drivers and the mode object that the estimators call (``SVGPMode``: fit once,
+then ``latent_mean_and_variance``, ``predict_proba``, ``posterior``) are in
+``_svgp_fit``, whose docstring states that interface.
 
 Model (Hensman, Matthews and Ghahramani, AISTATS 2015): ``L`` latent functions
 ``f_c ~ GP(0, k)`` share the kernel and the inducing inputs ``Z`` (m x d).  With
@@ -44,7 +44,25 @@ conjugate-computation form of Khan and Lin, AISTATS 2017).  In the natural param
 ``s = n / |B|``: the data term is the gradient of ``sum_i E_i`` in the mean parameters
 ``(m, S + m m^T)``.  ``h <= 0`` for the log-concave likelihoods, so ``Lambda`` stays
 positive definite.  For a Gaussian likelihood and ``gamma = 1`` one full-batch step lands
-on the optimal ``q`` (Titsias' ``q(u)``).
+on the optimal ``q`` (Titsias' ``q(u)``).  A likelihood that is not log-concave
+(``log_concave = False``, Student-t: ``h > 0`` for residuals beyond ``sigma sqrt(nu)``
+when ``v`` is small) adds its positive curvature to ``H`` (a second rank-b update), and
+``I - 2 s H`` may then be indefinite: the drivers (``_svgp_fit``) retry such a step with
+``gamma`` halved; the fixed point is unchanged (at the optimum ``Lambda = S^{-1}``).
+
+**Latent groups** (:class:`Groups`).  The latents may split into groups, each with its
+own kernel ``k_g`` (theta: its slice of the packed theta, the groups' end to end) and
+``L_{z,g} = chol(K_{zz,g})``, so ``A_g`` per group; the inducing inputs are one ``Z``
+shared by the groups (its gradient the sum of theirs) or one per group (``Z`` of shape
+``(G, m, d)``).  ``q`` stays one ``WhitenedQ`` over all latents (every group has ``m``
+inducing values); the likelihood sees all ``L`` marginals of a row at once (the
+heteroscedastic Gaussian: ``[f_1..f_T, g_1..g_T]``).  One group (a ``TorchKernel``) is
+the classifier's path.
+
+**Likelihood hyperparameters** (``likelihood.theta``, the protocol of ``_likelihoods``):
+``d sum_i E_i / d theta_lik`` is summed over the chunks by autograd through ``E`` alone
+(``g`` and ``h`` keep their closed forms) and travels in :class:`VariationalSums` after
+the kernels' theta: ``grad = [theta_1 .. theta_G, theta_lik, vec Z]``.
 
 **Gradients in theta and Z** hold ``q(v)`` fixed (whitened: the KL does not depend on
 them).  With ``G_A = dL/dA = sum_c [m_c g_c^T + 2 (S_c - I) A diag(h_c)]`` the chunk's
@@ -62,13 +80,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 import torch
 
-from .._base import MovableState, rows_per_chunk
-from ..linalg import gram, jittered_cholesky, lower_matmul, matmul
+from .._base import rows_per_chunk
+from ..linalg import gram, lower_matmul, matmul
 from ._features import Buffers
-from ._sparse import inducing_cholesky, stationary_cross, whitening
+from ._sparse import inducing_cholesky, stationary_cross
+from ._svgp_q import WhitenedQ
+from ._svgp_zz import _stationary_zz_gradient, _upper_matmul, triangular_inverse, zz_adjoint
 
 
 @dataclass
@@ -78,9 +97,9 @@ class VariationalSums:
     E: torch.Tensor  # ()      sum_i E_i
     H: torch.Tensor  # (L, m, m) sum_i h_ic a_i a_i^T
     r: torch.Tensor  # (m, L)  sum_i g_ic a_i
-    grad: torch.Tensor  # (n_theta + m d,) d sum_i E_i / d(theta, Z) with L_z fixed, or None
+    grad: torch.Tensor  # (n_theta + k + |Z|,) d sum_i E_i / d(theta, theta_lik, Z), L_z fixed
     n: int
-    GAAt: torch.Tensor = None  # (m, m) sum_i G_A,i a_i^T when H was not formed, else None
+    GAAt: torch.Tensor = None  # (G, m, m) sum_i G_A,i a_i^T per group when H was not formed
 
     def __add__(self, other):
         grad = None if self.grad is None else self.grad + other.grad
@@ -93,140 +112,6 @@ class VariationalSums:
         GAAt = None if self.GAAt is None else self.GAAt.to(device)
         return VariationalSums(self.E.to(device), self.H.to(device), self.r.to(device), grad,
                                self.n, GAAt)
-
-
-class WhitenedQ(MovableState):
-    """``q(v_c) = N(m_c, S_c)`` for ``L`` latents, held in natural parameters.
-
-    Parameters
-    ----------
-    precision : Tensor of shape (L, m, m)
-        ``Lambda_c = S_c^{-1}``.
-    natural_mean : Tensor of shape (m, L)
-        ``Lambda_c m_c`` in column ``c``.
-    """
-
-    def __init__(self, precision, natural_mean):
-        self.precision, self.natural_mean = precision, natural_mean
-        self.factor, _ = jittered_cholesky(
-            precision, jitter=1e-12, max_jitter=1e-8, warn=False,
-            name="variational precision", advice="use a smaller natgrad_step")
-        L = precision.shape[0]
-        self.mean = torch.cholesky_solve(natural_mean.T.reshape(L, -1, 1), self.factor)[..., 0].T
-        self.covariance = torch.cholesky_inverse(self.factor)
-        eye = torch.eye(precision.shape[1], dtype=precision.dtype, device=precision.device)
-        self.excess = self.covariance - eye  # S_c - I: the marginal variances' update
-
-    @classmethod
-    def prior(cls, m, n_latent, dtype, device):
-        eye = torch.eye(m, dtype=dtype, device=device)
-        return cls(eye.expand(n_latent, m, m).clone(),
-                   torch.zeros(m, n_latent, dtype=dtype, device=device))
-
-    @classmethod
-    def from_moments(cls, mean, covariance):
-        """The ``q`` with means ``mean`` (m, L) and covariances ``covariance`` (L, m, m)."""
-        factor = torch.linalg.cholesky(covariance)
-        precision = torch.cholesky_inverse(factor)
-        return cls(precision, (precision @ mean.T[..., None])[..., 0].T)
-
-    @property
-    def root(self):
-        """``R_c = Lambda_c^{-T/2}`` (upper triangular): ``R_c R_c^T = S_c``, for draws."""
-        eye = torch.eye(self.factor.shape[1], dtype=self.factor.dtype,
-                        device=self.factor.device)
-        return torch.linalg.solve_triangular(self.factor, eye, upper=False).transpose(1, 2)
-
-    def kl(self):
-        """``sum_c KL(N(m_c, S_c) || N(0, I))``."""
-        m = self.factor.shape[1]
-        log_det_S = -2.0 * torch.log(self.factor.diagonal(dim1=1, dim2=2)).sum()
-        trace = self.covariance.diagonal(dim1=1, dim2=2).sum()
-        return 0.5 * (trace + (self.mean * self.mean).sum()
-                      - m * self.factor.shape[0] - log_det_S)
-
-    def natural_step(self, sums, scale, gamma):
-        """The natural-gradient step of size ``gamma`` with data term ``scale * sums``."""
-        H, r = scale * sums.H, scale * sums.r
-        eye = torch.eye(H.shape[1], dtype=H.dtype, device=H.device)
-        target_precision = eye - 2.0 * H
-        target_natural = r - 2.0 * (H @ self.mean.T[..., None])[..., 0].T
-        precision = (1.0 - gamma) * self.precision + gamma * target_precision
-        precision = 0.5 * (precision + precision.transpose(1, 2))
-        return WhitenedQ(precision, (1.0 - gamma) * self.natural_mean + gamma * target_natural)
-
-    def centred(self):
-        """``q`` with the means' average over latents removed (covariances kept).
-
-        For a likelihood that sees only differences of the latents (the softmax), ``E``
-        does not change when every ``m_c`` moves by the same vector, and the KL is least
-        when ``sum_c m_c = 0``: this is the bound's exact maximum along that direction,
-        which natural steps of a ``q`` factorised over latents approach only at the
-        prior's slow rate (the likelihood's curvature there is zero).
-        """
-        mean = self.mean - self.mean.mean(1, keepdim=True)
-        return WhitenedQ(self.precision, (self.precision @ mean.T[..., None])[..., 0].T)
-
-    def with_mean(self, mean):
-        """The ``q`` with means ``mean`` (m, L) and these covariances (no refactorisation)."""
-        out = WhitenedQ.__new__(WhitenedQ)
-        out.precision, out.factor = self.precision, self.factor
-        out.covariance, out.excess, out.mean = self.covariance, self.excess, mean
-        out.natural_mean = (self.precision @ mean.T[..., None])[..., 0].T
-        return out
-
-    def to(self, device):
-        return WhitenedQ(self.precision.to(device), self.natural_mean.to(device))
-
-
-def _upper_matmul(U, B, out, parts=4):
-    """``U @ B`` into ``out`` for an upper-triangular ``U`` (m, m), skipping its zeros
-    (row block ``i`` needs the columns from its first row on: 5/8 of a product's flops
-    with four blocks, as ``linalg.lower_matmul``)."""
-    m = U.shape[0]
-    if U.device.type != "cpu" or m < 4 * parts:
-        return matmul(U, B, out=out)
-    edges = [round(m * i / parts) for i in range(parts + 1)]
-    for start, stop in zip(edges[:-1], edges[1:]):
-        matmul(U[start:stop, start:], B[start:], out=out[start:stop])
-    return out
-
-
-def zz_adjoint(L_inverse, GAAt):
-    r"""The symmetric ``bar K`` with ``<bar K, dK_zz> = <G_A, dA>`` for ``A = L_z^{-1} K_zx``
-    (``K_zx`` held fixed), from ``G_A A^T`` alone.
-
-    With ``dL_z = L_z Phi(L_z^{-1} dK_zz L_z^{-T})`` (Murray, "Differentiation of the Cholesky
-    decomposition", 2016; ``Phi`` the lower triangle with its diagonal halved),
-    ``dA = -Phi(L_z^{-1} dK_zz L_z^{-T}) A`` and
-
-    .. math::
-
-        \bar K = -\operatorname{sym}\big(L_z^{-T} \Phi(G_A A^T) L_z^{-1}\big):
-
-    two ``m x m`` products instead of forming ``dL/dL_z`` and differentiating
-    ``torch.linalg.cholesky``.
-    """
-    P = GAAt.tril()
-    P.diagonal().mul_(0.5)
-    # both factors triangular: Phi L_z^{-1} is lower, L_z^{-T} upper (5/8 of a product each)
-    P = lower_matmul(P, L_inverse, torch.empty_like(P))
-    P = _upper_matmul(L_inverse.T.contiguous(), P, torch.empty_like(P))
-    return -0.5 * (P + P.T)
-
-
-def triangular_inverse(L):
-    """``L^{-1}`` (row-major) of a lower-triangular ``L``: LAPACK ``trtri`` on the CPU
-    (``m^3 / 3`` multiply-adds, about 2x faster than a triangular solve against the
-    identity for m = 256 on one core), ``_sparse.whitening`` elsewhere or under autograd."""
-    routine = {torch.float64: "dtrtri", torch.float32: "strtri"}.get(L.dtype)
-    if L.device.type != "cpu" or L.requires_grad or routine is None or L.dim() != 2:
-        return whitening(L)
-    # row-major L is column-major L^T (upper): its inverse, read row-major, is L^{-1}
-    inverse, info = getattr(scipy.linalg.lapack, routine)(L.contiguous().numpy().T, lower=0)
-    if info != 0:
-        return whitening(L)
-    return torch.from_numpy(np.ascontiguousarray(inverse.T))
 
 
 def _cross_block(kernel, theta, Z, X, cross, buffers):
@@ -252,42 +137,102 @@ def _chunk_moments(K, L_inverse, q_mean, q_excess, kxx, buffers):
     return A, U, mu, var
 
 
-def _chunk_sums(A, U, g, h, buffers):
-    """``H_c = A diag(h_c) A^T`` (by a rank-b update of ``A sqrt(-h_c)``) and ``r = A g``."""
+def _chunk_sums(A, U, g, h, buffers, signed=False):
+    """``H_c = A diag(h_c) A^T`` (by a rank-b update of ``A sqrt(-h_c)``; ``signed``: a
+    non-log-concave likelihood, minus that of ``A sqrt(h_c)`` where ``h > 0``) and
+    ``r = A g``."""
     n_latent = g.shape[1]
     scaled = buffers.get("scaled", A.shape, A)
     H = []
     for c in range(n_latent):
         torch.mul(A, (-h[:, c]).clamp_min(0.0).sqrt(), out=scaled)
         H.append(-gram(scaled))
+        if signed:
+            torch.mul(A, h[:, c].clamp_min(0.0).sqrt(), out=scaled)
+            H[-1] = H[-1] + gram(scaled)
     return torch.stack(H), matmul(A, g)
+
+
+class Groups:
+    """Latent groups (module docstring): group ``g`` has the kernel ``kernels[g]`` with
+    ``kernels[g].n_dims`` entries of the packed theta (after the previous groups'), the
+    latents ``latents[g]`` and the inducing inputs ``Z`` (one ``(m, d)`` shared by all
+    groups) or ``Z[g]`` (``(G, m, d)``, ``share_inducing=False``)."""
+
+    def __init__(self, kernels, sizes, share_inducing=True):
+        self.kernels = list(kernels)
+        edges = np.cumsum([0] + [int(s) for s in sizes])
+        self.latents = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+        widths = np.cumsum([0] + [k.n_dims for k in self.kernels])
+        self.thetas = [slice(int(a), int(b)) for a, b in zip(widths[:-1], widths[1:])]
+        self.shared = bool(share_inducing) or len(self.kernels) == 1
+
+    def __len__(self):
+        return len(self.kernels)
+
+    def inducing(self, Z, g):
+        """The inducing inputs (m, d) of group ``g`` from the packed ``Z``."""
+        return Z if self.shared else Z[g]
+
+
+def as_groups(kernel, n_latent):
+    """``kernel`` itself if it is :class:`Groups`, else one group of all ``n_latent``."""
+    return kernel if isinstance(kernel, Groups) else Groups([kernel], [n_latent])
+
+
+def _expectations(likelihood, Y, mu, var, lik_theta, d_lik):
+    """``likelihood.expectations``; with ``lik_theta`` (a leaf) ``d_lik += dE/dtheta``
+    through E's graph (g and h are closed forms, detached)."""
+    if lik_theta is None:
+        return likelihood.expectations(Y, mu, var)
+    with torch.enable_grad():
+        E, g, h = likelihood.expectations(Y, mu, var, theta=lik_theta)
+        (grad,) = torch.autograd.grad(E.sum(), [lik_theta], allow_unused=True)
+    if grad is not None:
+        d_lik += grad
+    return E.detach(), g.detach(), h.detach()
 
 
 def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likelihood,
                batch_size, want_grad, want_H=True):
-    """:class:`VariationalSums` over the rows ``X`` (b, d) with labels ``Y`` (b, L).
+    """:class:`VariationalSums` over the rows ``X`` (b, d) with labels ``Y`` (b, ...).
 
-    The signature of ``Rows.map_sum``'s function (``alpha`` is ignored).  With
-    ``want_grad`` it also returns ``d sum_i E_i / d(theta, vec Z)`` holding ``L_z`` fixed.
-    With ``want_grad`` and not ``want_H`` (a gradient without a natural step after it),
-    ``H`` stays zero and ``G_A A^T`` is summed instead: one ``m x b x m`` product in place
-    of ``L`` rank-b updates and, in :func:`evaluate`, ``L`` products ``(S_c - I) H_c``.
+    The signature of ``Rows.map_sum``'s function (``alpha`` is ignored).  ``kernel`` is a
+    ``TorchKernel`` (one group) or :class:`Groups` (then ``L_inverse`` a tuple, one per
+    group).  With ``want_grad`` it also returns ``d sum_i E_i / d(theta, theta_lik, vec Z)``
+    holding each ``L_z`` fixed.  With ``want_grad`` and not ``want_H`` (a gradient without
+    a natural step after it), ``H`` stays zero and ``G_A A^T`` (G, m, m) is summed instead:
+    one ``m x b x m`` product in place of ``L`` rank-b updates and, in :func:`evaluate`,
+    ``L`` products ``(S_c - I) H_c``.
     """
-    n, m, n_latent = X.shape[0], Z.shape[0], q_mean.shape[1]
-    theta_ = theta.detach().clone().requires_grad_(want_grad)
-    Z_ = Z.detach().clone().requires_grad_(want_grad)
-    cross = stationary_cross(kernel, theta, Z)
-    buffers = Buffers()
+    n, n_latent = X.shape[0], q_mean.shape[1]
+    groups = as_groups(kernel, n_latent)
+    L_inverses = L_inverse if isinstance(L_inverse, (tuple, list)) else (L_inverse,)
+    m = L_inverses[0].shape[0]
+    lik_theta, d_lik = None, None
+    if want_grad and len(likelihood.names):
+        lik_theta = likelihood.theta.detach().to(dtype=X.dtype, device=X.device).clone()
+        lik_theta.requires_grad_(True)
+        d_lik = torch.zeros_like(lik_theta)
+    parts = []
+    for g, kern in enumerate(groups.kernels):
+        theta_g, Z_g = theta[groups.thetas[g]], groups.inducing(Z, g)
+        part = {"kernel": kern, "theta": theta_g, "Z": Z_g, "cols": groups.latents[g],
+                "theta_": theta_g.detach().clone().requires_grad_(want_grad),
+                "Z_": Z_g.detach().clone().requires_grad_(want_grad),
+                "cross": stationary_cross(kern, theta_g, Z_g), "buffers": Buffers(),
+                "L_inverse": L_inverses[g]}
+        if want_grad and part["cross"] is not None:
+            part.update(d_scale=torch.zeros((), dtype=X.dtype, device=X.device),
+                        d_white=torch.zeros((), dtype=X.dtype, device=X.device),
+                        d_length=torch.zeros_like(part["cross"].length_scale),
+                        d_Z=torch.zeros_like(Z_g))
+        parts.append(part)
     E = torch.zeros((), dtype=X.dtype, device=X.device)
     H = torch.zeros(n_latent, m, m, dtype=X.dtype, device=X.device)
     r = torch.zeros(m, n_latent, dtype=X.dtype, device=X.device)
     want_H = want_H or not want_grad
-    GAAt = None if want_H else torch.zeros(m, m, dtype=X.dtype, device=X.device)
-    if want_grad and cross is not None:
-        d_scale = torch.zeros((), dtype=X.dtype, device=X.device)
-        d_white = torch.zeros((), dtype=X.dtype, device=X.device)
-        d_length = torch.zeros_like(cross.length_scale)
-        d_Z = torch.zeros_like(Z)
+    GAAt = None if want_H else torch.zeros(len(groups), m, m, dtype=X.dtype, device=X.device)
     step = rows_per_chunk(batch_size, (3 + 2 * n_latent) * m, X.device)
     if n <= min(2 * step, batch_size):
         # one chunk for up to twice the budget: a mini-batch of 1024 rows (m = 256) would
@@ -295,61 +240,95 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
         step = n
     for start in range(0, n, step):
         Xc, Yc = X[start: start + step], Y[start: start + step]
-        generic = want_grad and cross is None
-        with torch.set_grad_enabled(generic):
-            K_graph, Xs, slope = _cross_block(kernel, theta_ if generic else theta,
-                                              Z_ if generic else Z, Xc, cross, buffers)
-            kxx_graph = kernel.diag(Xc, theta_ if generic else theta, part="full")
+        for p in parts:
+            p["generic"] = generic = want_grad and p["cross"] is None
+            with torch.set_grad_enabled(generic):
+                p["K_graph"], p["Xs"], p["slope"] = _cross_block(
+                    p["kernel"], p["theta_"] if generic else p["theta"],
+                    p["Z_"] if generic else p["Z"], Xc, p["cross"], p["buffers"])
+                p["kxx_graph"] = p["kernel"].diag(Xc, p["theta_"] if generic else p["theta"],
+                                                  part="full")
         with torch.no_grad():
-            K = K_graph.detach().contiguous()
-            A, U, mu, var = _chunk_moments(K, L_inverse, q_mean, q_excess, kxx_graph.detach(),
-                                           buffers)
-            E_c, g, h = likelihood.expectations(Yc, mu, var)
+            for p in parts:
+                p["K"] = p["K_graph"].detach().contiguous()
+                p["A"], p["U"], p["mu"], p["var"] = _chunk_moments(
+                    p["K"], p["L_inverse"], q_mean[:, p["cols"]], q_excess[p["cols"]],
+                    p["kxx_graph"].detach(), p["buffers"])
+            mu = parts[0]["mu"] if len(parts) == 1 else torch.cat([p["mu"] for p in parts], 1)
+            var = parts[0]["var"] if len(parts) == 1 else torch.cat([p["var"] for p in parts],
+                                                                    1)
+            E_c, g, h = _expectations(likelihood, Yc, mu, var, lik_theta, d_lik)
             if want_H:
-                H_c, r_c = _chunk_sums(A, U, g, h, buffers)
-                H = H + H_c
+                H_c, r_c = zip(*[_chunk_sums(p["A"], p["U"], g[:, p["cols"]], h[:, p["cols"]],
+                                             p["buffers"], not likelihood.log_concave)
+                                 for p in parts])
+                H = H + (H_c[0] if len(parts) == 1 else torch.cat(H_c))
             else:
-                r_c = matmul(A, g)
-            E, r = E + E_c.sum(), r + r_c
+                r_c = [matmul(p["A"], g[:, p["cols"]]) for p in parts]
+            E, r = E + E_c.sum(), r + (r_c[0] if len(parts) == 1 else torch.cat(r_c, 1))
             if not want_grad:
                 continue
-            G_A = matmul(q_mean, g.T)  # (m, b)
-            for c in range(n_latent):
-                G_A.add_(U[c] * h[:, c], alpha=2.0)
-            if not want_H:
-                GAAt += matmul(G_A, A.T)
-            G_K = _upper_matmul(L_inverse.T.contiguous(), G_A,
-                                buffers.get("adjoint", G_A.shape, G_A))
-        if cross is None:
-            ((K_graph * G_K).sum() + (h.sum(1) * kxx_graph).sum()).backward()
-            continue
-        with torch.no_grad():
-            if slope is None:  # RBF: dK/dr^2 = s kappa'(r^2) = -K / 2
-                GM = G_K.mul_(K)
-                KG = GM.sum()
-                dl, dz = cross.pullback(GM, torch.full_like(h[:, 0], -0.5), Xs, GM.sum(0))
-            else:  # Matern: dK/dr^2 = slope
-                KG = (G_K * K).sum()
-                GM = G_K.mul_(slope)
-                dl, dz = cross.pullback(GM, torch.ones_like(h[:, 0]), Xs, GM.sum(0))
-            if cross.scale > 0:
-                d_scale += KG / cross.scale  # K = s kappa: dK/ds = K / s
-            d_length += dl
-            d_Z += dz
-            d_scale += h.sum()  # k(x, x) = s + white noise
-            d_white += h.sum()
+            for j, p in enumerate(parts):
+                cols = p["cols"]
+                G_A = matmul(q_mean[:, cols], g[:, cols].T)  # (m, b)
+                for c in range(cols.stop - cols.start):
+                    G_A.add_(p["U"][c] * h[:, cols.start + c], alpha=2.0)
+                if not want_H:
+                    GAAt[j] += matmul(G_A, p["A"].T)
+                p["G_K"] = _upper_matmul(p["L_inverse"].T.contiguous(), G_A,
+                                         p["buffers"].get("adjoint", G_A.shape, G_A))
+        for p in parts:
+            _pull_back_chunk(p, h[:, p["cols"]])
     grad = None
     if want_grad:
-        if cross is not None:
-            _, scale_of, length_of = kernel.stationary_signal()
-            surrogate = (d_scale * scale_of(theta_) + (d_length * length_of(theta_)).sum()
-                         + d_white * kernel.noise_level(theta_))
+        grad = _gradient(parts, groups, Z, d_lik)
+    return VariationalSums(E, H, r, grad, n, GAAt)
+
+
+def _pull_back_chunk(p, h):
+    """A chunk's ``<G_K, dK_zx> + <h, dk_xx>`` into group ``p``'s theta and Z: by autograd
+    (``p["generic"]``) or in closed form for a stationary kernel (module docstring)."""
+    if p["generic"]:
+        ((p["K_graph"] * p["G_K"]).sum() + (h.sum(1) * p["kxx_graph"]).sum()).backward()
+        return
+    cross, K, Xs, G_K = p["cross"], p["K"], p["Xs"], p["G_K"]
+    with torch.no_grad():
+        if p["slope"] is None:  # RBF: dK/dr^2 = s kappa'(r^2) = -K / 2
+            GM = G_K.mul_(K)
+            KG = GM.sum()
+            dl, dz = cross.pullback(GM, torch.full_like(h[:, 0], -0.5), Xs, GM.sum(0))
+        else:  # Matern: dK/dr^2 = slope
+            KG = (G_K * K).sum()
+            GM = G_K.mul_(p["slope"])
+            dl, dz = cross.pullback(GM, torch.ones_like(h[:, 0]), Xs, GM.sum(0))
+        if cross.scale > 0:
+            p["d_scale"] += KG / cross.scale  # K = s kappa: dK/ds = K / s
+        p["d_length"] += dl
+        p["d_Z"] += dz
+        p["d_scale"] += h.sum()  # k(x, x) = s + white noise
+        p["d_white"] += h.sum()
+
+
+def _gradient(parts, groups, Z, d_lik):
+    """The packed gradient ``[theta_1 .. theta_G, theta_lik, vec Z]`` of the row sums."""
+    d_theta, d_Z = [], [None] * (1 if groups.shared else len(parts))
+    for j, p in enumerate(parts):
+        theta_, Z_ = p["theta_"], p["Z_"]
+        if p["cross"] is not None:
+            _, scale_of, length_of = p["kernel"].stationary_signal()
+            surrogate = (p["d_scale"] * scale_of(theta_)
+                         + (p["d_length"] * length_of(theta_)).sum()
+                         + p["d_white"] * p["kernel"].noise_level(theta_))
             if surrogate.requires_grad:
                 surrogate.backward()
-            Z_.grad = d_Z
-        grad = torch.cat([torch.zeros_like(theta) if theta_.grad is None else theta_.grad,
-                          (torch.zeros_like(Z) if Z_.grad is None else Z_.grad).reshape(-1)])
-    return VariationalSums(E, H, r, grad, n, GAAt)
+            Z_.grad = p["d_Z"] if Z_.grad is None else Z_.grad + p["d_Z"]
+        d_theta.append(torch.zeros_like(theta_) if theta_.grad is None else theta_.grad)
+        dz = torch.zeros_like(Z_) if Z_.grad is None else Z_.grad
+        k = 0 if groups.shared else j
+        d_Z[k] = dz if d_Z[k] is None else d_Z[k] + dz
+    lik = [] if d_lik is None else [d_lik]
+    dZ = d_Z[0] if groups.shared else torch.stack(d_Z)
+    return torch.cat(d_theta + lik + [dZ.reshape(-1)])
 
 
 @dataclass
@@ -361,23 +340,31 @@ class Evaluation:
     scale: float  # n / |B|
     grad_theta: torch.Tensor = None
     grad_Z: torch.Tensor = None
+    grad_lik: torch.Tensor = None  # d bound / d likelihood.theta
 
 
 def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_total=None,
              want_grad=False, want_H=True):
     """The bound (estimated on ``rows``, scaled to ``n_total`` rows) and optionally its
-    gradient in ``(theta, Z)`` at fixed ``q``.
+    gradient in ``(theta, theta_lik, Z)`` at fixed ``q``.
 
+    ``kernel`` is a ``TorchKernel`` (one group of all latents) or :class:`Groups`, with
+    ``theta`` the groups' thetas end to end and ``Z`` packed as :class:`Groups` says;
+    ``likelihood`` is evaluated at its own ``theta`` (``with_theta`` for another).
     ``rows`` is a ``_sparse.Rows`` (labels as ``Y``), a ``DaskRows`` or, for a mini-batch,
     a ``Rows`` of the batch with ``n_total`` the training set's size.
     """
-    # the K_zz path by autograd only where no closed form exists (_stationary_zz_gradient)
-    graph = want_grad and kernel.stationary_signal() is None
-    theta_ = theta.detach().clone().requires_grad_(graph)
-    Z_ = Z.detach().clone().requires_grad_(graph)
-    with torch.set_grad_enabled(graph):
-        L, _ = inducing_cholesky(kernel, theta_, Z_, jitter)
-    L_inverse = triangular_inverse(L.detach())
+    groups = as_groups(kernel, q.mean.shape[1])
+    factors = []
+    for g, kern in enumerate(groups.kernels):
+        # the K_zz path by autograd only where no closed form exists (_stationary_zz_gradient)
+        graph = want_grad and kern.stationary_signal() is None
+        theta_ = theta[groups.thetas[g]].detach().clone().requires_grad_(graph)
+        Z_ = groups.inducing(Z, g).detach().clone().requires_grad_(graph)
+        with torch.set_grad_enabled(graph):
+            L, _ = inducing_cholesky(kern, theta_, Z_, jitter)
+        factors.append((theta_, Z_, L, triangular_inverse(L.detach())))
+    L_inverse = factors[0][3] if len(groups) == 1 else tuple(f[3] for f in factors)
     sums = rows.map_sum(block_sums, kernel, theta.detach(), Z.detach(), L_inverse, q.mean,
                         q.excess, likelihood, batch_size, want_grad, want_H)
     scale = 1.0 if n_total is None else n_total / sums.n
@@ -385,78 +372,65 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
     if not math.isfinite(elbo):
         raise RuntimeError("The variational bound is not finite at these hyperparameters.")
     out = Evaluation(elbo, sums, scale)
-    if want_grad:
+    if not want_grad:
+        return out
+    d_thetas, d_Zs = [], []
+    for g, (kern, (theta_, Z_, L, L_inv)) in enumerate(zip(groups.kernels, factors)):
+        cols = groups.latents[g]
         with torch.no_grad():
             # G_A A^T = sum_c [m_c r_c^T + 2 (S_c - I) H_c] (module docstring)
-            GAAt = sums.GAAt
-            if GAAt is None:
-                GAAt = q.mean @ sums.r.T + 2.0 * (q.excess @ sums.H).sum(0)
-        n_theta = theta.numel()
-        spec = kernel.stationary_signal()
+            if sums.GAAt is not None:
+                GAAt = sums.GAAt[g]
+            else:
+                GAAt = q.mean[:, cols] @ sums.r[:, cols].T + 2.0 * (
+                    q.excess[cols] @ sums.H[cols]).sum(0)
+        spec = kern.stationary_signal()
         if spec is None:  # dL/dL_z = -L_z^{-T} G_A A^T, through chol(K_zz) by autograd
-            dL = -(L_inverse.T @ GAAt).tril()
+            dL = -(L_inv.T @ GAAt).tril()
             d_theta, d_Z = torch.autograd.grad((L * dL).sum(), [theta_, Z_], allow_unused=True)
         else:
-            d_theta, d_Z = _stationary_zz_gradient(kernel, spec, theta, Z,
-                                                   zz_adjoint(L_inverse, GAAt), jitter)
-        d_theta = torch.zeros_like(theta) if d_theta is None else d_theta
-        d_Z = torch.zeros_like(Z) if d_Z is None else d_Z
-        out.grad_theta = scale * (d_theta + sums.grad[:n_theta])
-        out.grad_Z = scale * (d_Z + sums.grad[n_theta:].reshape(Z.shape))
+            d_theta, d_Z = _stationary_zz_gradient(kern, spec, theta_.detach(), Z_.detach(),
+                                                   zz_adjoint(L_inv, GAAt), jitter)
+        d_thetas.append(torch.zeros_like(theta_) if d_theta is None else d_theta)
+        d_Zs.append(torch.zeros_like(Z_) if d_Z is None else d_Z)
+    n_theta, n_lik = theta.numel(), len(likelihood.names)
+    if groups.shared:
+        d_Z = d_Zs[0]
+        for extra in d_Zs[1:]:
+            d_Z = d_Z + extra
+    else:
+        d_Z = torch.stack(d_Zs)
+    d_theta = d_thetas[0] if len(groups) == 1 else torch.cat(d_thetas)
+    out.grad_theta = scale * (d_theta + sums.grad[:n_theta])
+    out.grad_lik = scale * sums.grad[n_theta: n_theta + n_lik]
+    out.grad_Z = scale * (d_Z + sums.grad[n_theta + n_lik:].reshape(Z.shape))
     return out
 
 
-def _stationary_zz_gradient(kernel, spec, theta, Z, K_bar, jitter):
-    """``<bar K, d(K_zz + j s I)>`` in theta and Z for a stationary signal, in closed form.
-
-    ``K_zz = s kappa(r^2)`` and the model's jitter ``j * mean(diag K_zz) = j s``
-    (``_sparse.inducing_cholesky``); ``bar K`` (:func:`zz_adjoint`) is pulled back
-    through ``r^2(Z, Z)`` as a cross-kernel block of Z with itself (its row and column
-    derivatives in Z are equal for a symmetric ``bar K``, hence the factor 2).
-    """
-    with torch.no_grad():
-        cross = stationary_cross(kernel, theta, Z)
-        K, slope = cross.weighted_block(cross.Zs)
-        ones = torch.ones(Z.shape[0], dtype=Z.dtype, device=Z.device)
-        if slope is None:  # RBF: dK/dr^2 = -K / 2
-            GM = K_bar * K
-            KG = GM.sum()
-            dl, dz = cross.pullback(GM, -0.5 * ones, cross.Zs, GM.sum(0))
-        else:
-            KG = (K_bar * K).sum()
-            GM = K_bar * slope
-            dl, dz = cross.pullback(GM, ones, cross.Zs, GM.sum(0))
-        if Z.dtype == torch.float32:
-            jitter = max(jitter, 1e-6)
-        d_scale = jitter * K_bar.diagonal().sum()
-        if cross.scale > 0:
-            d_scale = d_scale + KG / cross.scale
-    theta_ = theta.detach().clone().requires_grad_(True)
-    _, scale_of, length_of = spec
-    surrogate = d_scale * scale_of(theta_) + (dl * length_of(theta_)).sum()
-    d_theta = None
-    if surrogate.requires_grad:
-        (d_theta,) = torch.autograd.grad(surrogate, [theta_], allow_unused=True)
-    return d_theta, 2.0 * dz
-
-
 def marginals(kernel, theta, Z, L_inverse, q, Xq, batch_size):
-    """``mu`` and ``v`` (n*, L) of ``q(f)`` at ``Xq``, in row chunks."""
-    m, n_latent = Z.shape[0], q.mean.shape[1]
-    cross = stationary_cross(kernel, theta, Z)
-    buffers = Buffers()
+    """``mu`` and ``v`` (n*, L) of ``q(f)`` at ``Xq``, in row chunks (``kernel``,
+    ``theta``, ``Z`` and ``L_inverse`` as in :func:`block_sums`)."""
+    n_latent = q.mean.shape[1]
+    groups = as_groups(kernel, n_latent)
+    L_inverses = L_inverse if isinstance(L_inverse, (tuple, list)) else (L_inverse,)
+    m = L_inverses[0].shape[0]
     mean = Xq.new_empty(Xq.shape[0], n_latent)
     var = Xq.new_empty(Xq.shape[0], n_latent)
     step = rows_per_chunk(batch_size, (2 + n_latent) * m, Xq.device)
-    with torch.no_grad():
-        for start in range(0, Xq.shape[0], step):
-            rows = slice(start, start + step)
-            K, _, _ = _cross_block(kernel, theta, Z, Xq[rows], cross, buffers)
-            kxx = kernel.diag(Xq[rows], theta, part="full")
-            _, _, mean[rows], var[rows] = _chunk_moments(K.contiguous(), L_inverse, q.mean,
-                                                         q.excess, kxx, buffers)
+    for g, kern in enumerate(groups.kernels):
+        theta_g, Z_g, cols = theta[groups.thetas[g]], groups.inducing(Z, g), groups.latents[g]
+        cross = stationary_cross(kern, theta_g, Z_g)
+        buffers = Buffers()
+        with torch.no_grad():
+            for start in range(0, Xq.shape[0], step):
+                rows = slice(start, start + step)
+                K, _, _ = _cross_block(kern, theta_g, Z_g, Xq[rows], cross, buffers)
+                kxx = kern.diag(Xq[rows], theta_g, part="full")
+                _, _, mean[rows, cols], var[rows, cols] = _chunk_moments(
+                    K.contiguous(), L_inverses[g], q.mean[:, cols], q.excess[cols], kxx,
+                    buffers)
     return mean, var.clamp_min_(0.0)
 
 
-__all__ = ["Evaluation", "VariationalSums", "WhitenedQ", "block_sums", "evaluate",
-           "marginals", "triangular_inverse"]
+__all__ = ["Evaluation", "Groups", "VariationalSums", "WhitenedQ", "as_groups", "block_sums",
+           "evaluate", "marginals", "triangular_inverse"]

@@ -1,19 +1,44 @@
-r"""Training drivers of the sparse variational GP classifier, and its mode object.
+r"""Training drivers of the sparse variational GP engine (the classifier's, and issue 33's
+non-Gaussian regression), and its mode object.
 
 Interface (the exact-mode Laplace object of ``_laplace`` has the same shape)::
 
-    mode = SVGPMode(kernel, likelihood, multi_class=..., optimizer=..., ...)
-    mode.fit(rows, Z0, rng)     # rows: _sparse.Rows or DaskRows, labels as Y (n, L)
-    mode.latent_mean_and_variance(Xq)   # -> (mean, var), each (n*, L)
-    mode.predict_proba(Xq)              # -> (n*, C), rows sum to one
-    mode.posterior(shift, n_features_in)  # -> SVGPPosterior for _predict.draw_functions
+    mode = SVGPMode(kernel, likelihood, multi_class=..., optimizer=..., ...,
+                    groups=None, share_inducing=True)
+    mode.fit(rows, Z0, rng)     # rows: _sparse.Rows or DaskRows, labels/targets as Y
+    mode.latent_mean_and_variance(Xq)   # -> (mean, var), each (n*, L): all latents
+    mode.predict_proba(Xq)              # -> (n*, C), rows sum to one (classifiers)
+    mode.posterior(shift, n_features_in, group=0)  # -> SVGPPosterior of one group
     mode.elbo, mode.history, mode.n_iter, mode.theta, mode.kernel_, mode.Z,
     mode.q_mu, mode.q_sqrt, mode.jitter_, mode.epoch_end_seconds ("adam": wall-clock
-    seconds from the start of training to the end of each epoch)
+    seconds from the start of training to the end of each epoch), mode.likelihood_
+    (the likelihood at its fitted theta)
 
-Labels are encoded per latent by the caller: 0/1 in one column (binary), one 0/1 column
-per class (one-vs-rest: ``L = C`` Bernoulli latents sharing Z and the kernel), or one-hot
-(softmax).  ``rows.Y`` carries them; ``rows.alpha`` is ignored.
+Classifier labels are encoded per latent by the caller: 0/1 in one column (binary), one
+0/1 column per class (one-vs-rest: ``L = C`` Bernoulli latents sharing Z and the kernel),
+or one-hot (softmax).  ``rows.Y`` carries them; ``rows.alpha`` is ignored.
+
+**Latent groups** (``_svgp.Groups``).  ``groups=None``: one group of
+``L = rows.Y.shape[1]`` latents with ``kernel`` (the classifier).  Otherwise a list of
+``(kernel_g, n_g)``, ``kernel_g=None`` meaning ``kernel``: group ``g`` owns the next
+``n_g`` latents, its own theta and ``L_z``; ``L = sum n_g`` (the heteroscedastic model:
+``[(None, T), (noise_kernel, T)]`` with ``Y`` of ``T`` columns).  ``share_inducing``: one
+``Z`` (m, d) for all groups, or one per group (``(G, m, d)``, each from ``Z0``).  Fitted
+per group: ``thetas``, ``kernels_`` (sklearn), ``torch_kernels``, ``Zs``, ``Ls``,
+``L_inverses``, ``latents`` (slices of the L latents); packed: ``theta_packed``
+(the groups' thetas end to end), ``Z_packed``; group 0's also as ``theta``, ``kernel_``,
+``torch_kernel``, ``Z``, ``L``, ``L_inverse``; ``jitter_`` the largest group's.
+
+**Likelihood hyperparameters** (``likelihood.theta``, k of them, may be 0): learned with
+the kernels' by either route, in ``likelihood.bounds``: Adam steps them (clamped) with
+theta and Z; L-BFGS-B packs ``x = [theta_1 .. theta_G, theta_lik, vec Z]``.  The mode's
+``_objective(rows, q, theta_packed, Z_packed, want_grad, likelihood=...)`` evaluates the
+bound at any of them (``likelihood.with_theta``).
+
+**Likelihoods that are not log-concave** (``likelihood.log_concave = False``): a natural
+step whose precision does not factorise is retried with ``gamma`` halved (the "adam"
+route: that step only, :meth:`SVGPMode._safe_step`; the full-batch loop and the held-A
+loop: as a step that lowers the bound, their existing shortening).
 
 Routes (``optimizer``):
 
@@ -45,7 +70,7 @@ Routes (``optimizer``):
   :data:`INNER_LOOSE`] (far from the optimum L-BFGS-B needs no exact ``q``; near it the
   tolerance tightens to ``INNER_TOL``); ``inner_tol=None`` keeps ``INNER_TOL``.
   L-BFGS-B itself uses ``_solver.lbfgs``'s settings (per-row projected-gradient test) and
-  the plateau rule of the "adam" route on ``tol`` (:func:`_lbfgs_plateau`); ``max_iter``
+  the plateau rule of the "adam" route on ``tol`` (``_svgp_lbfgs._lbfgs_plateau``); ``max_iter``
   counts its iterations, ``n_iter`` and ``history`` its evaluations.
 * a callable (scikit-learn's ``optimizer(obj_func, initial_theta, bounds)``) gets the same
   objective as L-BFGS-B; ``None`` keeps theta and Z and only fits ``q``.
@@ -56,87 +81,30 @@ import time
 import warnings
 
 import numpy as np
-import scipy.optimize
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._base import MovableState, progress_bar
-from ..kernels import TorchKernel, split_white_noise
-from ..linalg import NotPositiveDefiniteError, positive_tril, positive_tril_raw, solve_lower
+from ..kernels import TorchKernel
+from ..linalg import NotPositiveDefiniteError, positive_tril_raw
 from ._likelihoods import Softmax
-from ._predict import TargetStreams
-from ._solver import SPARSE_GRADIENT_TOL, SPARSE_LBFGS_MEMORY, Packing
 from ._sparse import Rows, inducing_cholesky, whitening
-from ._svgp import WhitenedQ, evaluate, marginals, triangular_inverse
+from ._svgp import Groups, WhitenedQ, as_groups, evaluate, marginals, triangular_inverse
 from ._svgp_inner import InnerProblem, optimal_q
+from ._svgp_lbfgs import INNER_LOOSE, INNER_TOL, PLATEAU_WINDOW, fit_full
+from ._svgp_posterior import MomentQ, SVGPPosterior
 
 # the warm-up of the natural step size (module docstring)
 NATGRAD_WARMUP = 5
 GAMMA_START = 1e-4
-# the "adam" route's stopping rule compares epoch means this many epochs apart
-PLATEAU_WINDOW = 3
-# the inner natural-gradient loop of the L-BFGS-B route stops once a step gains less than
-# this per row: the bound's gap is then ~1e-10 per row, and the gradient's error (first
-# order in the distance to the optimal q) ~1e-5 of its size, below L-BFGS-B's tolerance
-INNER_TOL = 1e-10
 INNER_MAX_ITER = 100
 # ... or once a step loses less than this per row (the dither of a Monte-Carlo bound)
 DITHER_TOL = 1e-6
-# inner_tol="adaptive": the per-row tolerance of an evaluation's inner loop is INNER_RATIO
-# times the per-row change of the bound between the last two evaluations, within
-# [INNER_TOL, INNER_LOOSE]
-INNER_RATIO = 1e-2
-INNER_LOOSE = 1e-5
 # the held-A inner loop keeps A (m x n) when n <= batch_size and m n <= this (32 MB in
 # float64: m = 256 up to 16 384 rows)
 INNER_HELD_ELEMENTS = 2 ** 22
-
-
-class _Plateau(Exception):
-    """Raised inside L-BFGS-B's objective when the plateau rule fires there."""
-
-
-def _lbfgs_plateau(value_and_grad, x0, bounds, max_iter, n_rows, tol):
-    """scipy's L-BFGS-B on ``value / n_rows`` with ``_solver.lbfgs``'s sparse settings
-    (projected-gradient test, memory), which also stops by the "adam" route's rule: once
-    the bound at the accepted iterates rose by at most ``PLATEAU_WINDOW * tol * |bound|``
-    over the last :data:`PLATEAU_WINDOW` iterations (``tol=None``: never).  Without it
-    the fit spends most of its evaluations on the last ``1e-3`` of the bound (digits,
-    softmax: 30 of 43 evaluations for 1.3 nats of 455).  Returns the last iterate; warns
-    ``ConvergenceWarning`` when L-BFGS-B stops otherwise than by either test.
-    """
-    values, best = [], []
-
-    def objective(x):
-        value, grad = value_and_grad(x)
-        best.append(max(-value, best[-1]) if best else -value)
-        # a line search at the floor of a Monte-Carlo bound can take a dozen trials for
-        # nothing: the same rule over evaluations, once past the first iterations
-        lag = 2 * PLATEAU_WINDOW
-        if (tol is not None and len(values) >= PLATEAU_WINDOW and len(best) > lag
-                and best[-1] - best[-1 - lag] <= PLATEAU_WINDOW * tol * abs(best[-1])):
-            raise _Plateau
-        return value / n_rows, grad / n_rows
-
-    def callback(intermediate_result):
-        values.append(-float(intermediate_result.fun) * n_rows)
-        if tol is not None and len(values) > PLATEAU_WINDOW:
-            rise = values[-1] - values[-1 - PLATEAU_WINDOW]
-            if rise <= PLATEAU_WINDOW * tol * abs(values[-1]):
-                raise StopIteration
-
-    try:
-        result = scipy.optimize.minimize(
-            objective, x0, method="L-BFGS-B", jac=True, bounds=bounds, callback=callback,
-            options={"maxiter": max_iter, "gtol": SPARSE_GRADIENT_TOL,
-                     "maxcor": SPARSE_LBFGS_MEMORY})
-    except _Plateau:
-        return None  # the caller takes the best point evaluated
-    if result.status not in (0, 99):  # 99: the plateau rule's StopIteration
-        warnings.warn(
-            f"L-BFGS-B stopped without converging ({result.message}); increase max_iter "
-            "or check the kernel's bounds.", ConvergenceWarning)
-    return np.asarray(result.x, dtype=np.float64)
+# a natural step whose precision does not factorise is retried at half the size this often
+MAX_HALVINGS = 30
 
 
 def natgrad_schedule(step, natgrad_step, warmup=NATGRAD_WARMUP):
@@ -147,67 +115,18 @@ def natgrad_schedule(step, natgrad_step, warmup=NATGRAD_WARMUP):
     return float(math.exp((1 - frac) * math.log(GAMMA_START) + frac * math.log(natgrad_step)))
 
 
-class MomentQ(MovableState):
-    """``q(v_c) = N(m_c, R_c R_c^T)`` in moment parameters: the ``q_update="adam"`` ablation
-    (plain Adam on ``q``, as GPyTorch's SVGP), with the interface of ``WhitenedQ``."""
-
-    def __init__(self, mean, raw):
-        self.mean, self.raw = mean, raw
-        self.root = positive_tril(raw)
-        self.covariance = self.root @ self.root.transpose(1, 2)
-        eye = torch.eye(raw.shape[1], dtype=raw.dtype, device=raw.device)
-        self.excess = self.covariance - eye
-
-    def kl(self):
-        m, n_latent = self.mean.shape
-        log_det = 2.0 * torch.log(self.root.diagonal(dim1=1, dim2=2)).sum()
-        return 0.5 * (self.covariance.diagonal(dim1=1, dim2=2).sum()
-                      + (self.mean * self.mean).sum() - m * n_latent - log_det)
-
-
-class SVGPPosterior:
-    """The fitted ``q(u)`` as a ``_predict.Posterior`` for :func:`_predict.draw_functions`.
-
-    A draw is ``f_s(.) + k(., Z) v_s`` with ``u_s = L_z (m + R xi_s)`` and
-    ``v_s = K_zz^{-1} (u_s - f_s(Z))`` (Wilson et al., ICML 2020, eq. 13), one latent per
-    target column; ``xi`` comes from the per-target streams.
-    """
-
-    def __init__(self, mode, shift, n_features_in, squeeze):
-        self.kernel, self.theta = mode.torch_kernel, mode.theta
-        signal, _ = split_white_noise(mode.kernel_)
-        self.signal_kernel = signal
-        self.shift, self.n_features_in, self.squeeze = shift, n_features_in, squeeze
-        self.n_targets = mode.q.mean.shape[1]
-        dtype, device = self.theta.dtype, self.theta.device
-        self.y_mean = torch.zeros(self.n_targets, dtype=dtype, device=device)
-        self.y_std = torch.ones(self.n_targets, dtype=dtype, device=device)
-        self.centers, self.fitted = mode.Z, True
-        self._L, self._mean, self._root = mode.L, mode.q.mean, mode.q.root
-
-    def streams(self, generator):
-        return TargetStreams(generator, self.n_targets, self.theta.dtype, self.theta.device)
-
-    def update(self, prior_at_centers, streams):
-        """Update weights ``v`` (m, S, T) from the prior paths at Z (m, S, T)."""
-        xi = streams.normal(prior_at_centers.shape[:-1])
-        m, S, T = xi.shape
-        whitened = torch.einsum("tij,jst->ist", self._root, xi) + self._mean[:, None, :]
-        inner = whitened - solve_lower(self._L, prior_at_centers.reshape(m, S * T)).reshape(
-            m, S, T)
-        out = torch.linalg.solve_triangular(self._L.T, inner.reshape(m, S * T), upper=True)
-        return out.reshape(m, S, T)
-
-
 class SVGPMode(MovableState):
     """The sparse variational mode of ``PathwiseGPClassifier`` (module docstring).
 
     Parameters
     ----------
     kernel : sklearn kernel
-        The initial kernel (not modified); a top-level ``WhiteKernel`` is latent noise
-        at each row, outside ``u = f(Z)``.
-    likelihood : _likelihoods.Bernoulli or _likelihoods.Softmax
+        The initial kernel (not modified) of the first latent group; a top-level
+        ``WhiteKernel`` is latent noise at each row, outside ``u = f(Z)``.
+    likelihood : likelihood object
+        ``_likelihoods.Bernoulli``, ``Softmax``, ``Gaussian`` or one of
+        ``_regression_likelihoods`` (the protocol of ``_likelihoods``); its ``theta`` is
+        the start of its hyperparameters, learned with the kernels' (``likelihood_``).
     multi_class : {"binary", "one_vs_rest", "softmax"}
     optimizer : {"adam", "fmin_l_bfgs_b"}, callable or None
     max_iter, tol, learning_rate, natgrad_step, minibatch_size, optimize_inducing,
@@ -216,33 +135,79 @@ class SVGPMode(MovableState):
     q_update : {"natgrad", "adam"}
         Private: ``"adam"`` moves ``q`` by Adam on its moment parameters instead of
         natural steps (the benchmark's ablation; ``"adam"`` route only).
+    groups : list of (kernel or None, int), default=None
+        Latent groups (module docstring): ``None`` is one group of ``rows.Y.shape[1]``
+        latents with ``kernel``; else group ``g`` has ``n_g`` latents and its own kernel
+        (``None``: ``kernel``), e.g. ``[(None, T), (noise_kernel, T)]``.
+    share_inducing : bool, default=True
+        One ``Z`` for all groups, or one per group (each starts at ``Z0``).
+    label : str
+        The progress bar's title (``verbose``).
     """
 
     def __init__(self, kernel, likelihood, *, multi_class="binary", optimizer="adam",
                  max_iter=100, tol=1e-4, learning_rate=0.01, natgrad_step=0.1,
                  minibatch_size=1024, optimize_inducing=True, jitter=1e-8, batch_size=8192,
-                 verbose=0, q_update="natgrad", inner="cached", inner_tol="adaptive"):
+                 verbose=0, q_update="natgrad", inner="cached", inner_tol="adaptive",
+                 groups=None, share_inducing=True, label="PathwiseGPClassifier fit (sparse)"):
         self.kernel, self.likelihood, self.multi_class = kernel, likelihood, multi_class
         self.optimizer, self.max_iter, self.tol = optimizer, max_iter, tol
         self.learning_rate, self.natgrad_step = learning_rate, natgrad_step
         self.minibatch_size, self.optimize_inducing = minibatch_size, optimize_inducing
         self.jitter, self.batch_size, self.verbose = jitter, batch_size, verbose
         self.q_update, self.inner, self.inner_tol = q_update, inner, inner_tol
+        self.groups, self.share_inducing, self.label = groups, share_inducing, label
         self.inner_passes, self._inner_tol, self._gamma = 0, INNER_TOL, 1.0
 
     # ------------------------------------------------------------------ fit
+    def _setup(self, rows, Z0):
+        """Kernels, latent slices, the packed theta and Z and the likelihood's theta."""
+        specs = self.groups if self.groups is not None else [(None, rows.Y.shape[1])]
+        self.kernels = [self.kernel if k is None else k for k, _ in specs]
+        self.torch_kernels = [TorchKernel(k) for k in self.kernels]
+        self.torch_kernel = self.torch_kernels[0]
+        self._sizes = [int(size) for _, size in specs]
+        groups = Groups(self.torch_kernels, self._sizes, self.share_inducing)
+        self.latents, self._theta_slices = groups.latents, groups.thetas
+        dtype, device = Z0.dtype, Z0.device
+        thetas = [k.theta_tensor(device, dtype) for k in self.torch_kernels]
+        theta = thetas[0] if len(thetas) == 1 else torch.cat(thetas)
+        Z = Z0.detach().clone()
+        if not groups.shared:
+            Z = Z.expand(len(specs), *Z.shape).clone()
+        bounds = [np.asarray(k.bounds, dtype=np.float64).reshape(-1, 2)
+                  for k in self.torch_kernels]
+        self._theta_bounds = np.vstack(bounds)
+        self.likelihood_ = self.likelihood
+        return theta, Z
+
+    def _engine_kernel(self):
+        """What ``_svgp.evaluate`` takes: the kernel (one group) or the :class:`Groups`."""
+        if self.groups is None:
+            return self.torch_kernel
+        return Groups([self.torch_kernel] + self.torch_kernels[1:], self._sizes,
+                      self.share_inducing)
+
+    def _current(self):
+        """The likelihood at its current (during fit) or fitted theta."""
+        return getattr(self, "likelihood_", self.likelihood)
+
+    def _lik_at(self, lik_theta):
+        """The likelihood at ``lik_theta`` (None: as given)."""
+        if lik_theta is None:
+            return self.likelihood
+        return self.likelihood.with_theta(lik_theta.detach().cpu().to(torch.float64))
+
     def fit(self, rows, Z0, rng):
         """Fit ``q``, theta and Z on ``rows`` from inducing inputs ``Z0`` (m, d)."""
-        self.torch_kernel = TorchKernel(self.kernel)
+        theta, Z = self._setup(rows, Z0)
         dtype, device = Z0.dtype, Z0.device
-        theta = self.torch_kernel.theta_tensor(device, dtype)
-        Z = Z0.detach().clone()
-        n_latent = rows.Y.shape[1]
-        self.q = WhitenedQ.prior(Z.shape[0], n_latent, dtype, device)
+        n_latent = sum(self._sizes)
+        self.q = WhitenedQ.prior(Z0.shape[0], n_latent, dtype, device)
         self.history, self.n_iter, self.epoch_end_seconds = [], 0, []
         self.inner_passes, self._gamma = 0, 1.0
         self._inner_tol = INNER_LOOSE if self.inner_tol == "adaptive" else INNER_TOL
-        with progress_bar(self.verbose, "PathwiseGPClassifier fit (sparse)",
+        with progress_bar(self.verbose, self.label,
                           total=self.max_iter if self.optimizer == "adam" else None) as bar:
             self._bar = bar
             if self.optimizer == "adam":
@@ -250,21 +215,40 @@ class SVGPMode(MovableState):
             else:
                 theta, Z = self._fit_full(rows, theta, Z)
         del self._bar
-        self.theta, self.Z = theta.detach(), Z.detach()
-        self.kernel_ = self.kernel.clone_with_theta(self.theta.cpu().numpy().astype(np.float64))
-        self.torch_kernel = TorchKernel(self.kernel_)
-        with torch.no_grad():
-            self.L, self.jitter_ = inducing_cholesky(self.torch_kernel, self.theta, self.Z,
-                                                     self.jitter, warn=True)
-            self.L_inverse = whitening(self.L)
+        self._finish(theta.detach(), Z.detach())
         if self.optimizer == "adam":  # the bound on all rows at the final parameters
-            self.elbo = evaluate(self.torch_kernel, self.theta, self.Z, self.q, rows,
-                                 self.likelihood, jitter=self.jitter,
-                                 batch_size=self.batch_size).elbo
+            self.elbo = self._objective(rows, self.q, self.theta_packed, self.Z_packed,
+                                        False).elbo
         return self
 
-    def _objective(self, rows, q, theta, Z, want_grad, n_total=None, want_H=True):
-        return evaluate(self.torch_kernel, theta, Z, q, rows, self.likelihood,
+    def _finish(self, theta, Z):
+        """The fitted state per group (module docstring: ``thetas``, ``kernels_``, ``Zs``,
+        ``Ls``); group 0's also as ``theta``, ``kernel_``, ``Z``, ``L``, ``L_inverse``."""
+        self.theta_packed, self.Z_packed = theta, Z
+        self.thetas = [theta[s] for s in self._theta_slices]
+        self.kernels_ = [k.clone_with_theta(t.cpu().numpy().astype(np.float64))
+                         for k, t in zip(self.kernels, self.thetas)]
+        self.torch_kernels = [TorchKernel(k) for k in self.kernels_]
+        self.Zs = [Z if self.groups is None or self.share_inducing else Z[g]
+                   for g in range(len(self.kernels))]
+        self.Ls, self.L_inverses, jitters = [], [], []
+        with torch.no_grad():
+            for kern, theta_g, Z_g in zip(self.torch_kernels, self.thetas, self.Zs):
+                L, jitter = inducing_cholesky(kern, theta_g, Z_g, self.jitter, warn=True)
+                self.Ls.append(L)
+                self.L_inverses.append(whitening(L))
+                jitters.append(jitter)
+        self.theta, self.kernel_, self.torch_kernel = (self.thetas[0], self.kernels_[0],
+                                                       self.torch_kernels[0])
+        self.Z, self.L, self.L_inverse = self.Zs[0], self.Ls[0], self.L_inverses[0]
+        self.jitters, self.jitter_ = jitters, max(jitters)
+
+    def _objective(self, rows, q, theta, Z, want_grad, n_total=None, want_H=True,
+                   likelihood=None):
+        """The bound at the packed ``theta`` and ``Z`` (``_svgp.evaluate``), with
+        ``likelihood`` (default: the fitted or current ``likelihood_``)."""
+        return evaluate(self._engine_kernel(), theta, Z, q, rows,
+                        self._current() if likelihood is None else likelihood,
                         jitter=self.jitter, batch_size=self.batch_size, n_total=n_total,
                         want_grad=want_grad, want_H=want_H)
 
@@ -275,14 +259,19 @@ class SVGPMode(MovableState):
         X, Y, alpha = rows.X, rows.Y, rows.alpha
         n = X.shape[0]
         b = min(int(self.minibatch_size), n)
-        bounds = np.asarray(self.torch_kernel.bounds, dtype=np.float64).reshape(-1, 2)
-        low = torch.as_tensor(bounds[:, 0], dtype=theta.dtype,
-                              device=theta.device)
-        high = torch.as_tensor(bounds[:, 1], dtype=theta.dtype,
-                               device=theta.device)
+        low, high = (torch.as_tensor(self._theta_bounds[:, j], dtype=theta.dtype,
+                                     device=theta.device) for j in (0, 1))
         theta = theta.clone().requires_grad_(True)
         Z = Z.clone().requires_grad_(True)
-        params = [theta] + ([Z] if self.optimize_inducing else [])
+        lik_theta = None
+        if len(self.likelihood.names):
+            lik_theta = self.likelihood.theta.to(dtype=theta.dtype, device=theta.device)
+            lik_theta = lik_theta.clone().requires_grad_(True)
+            lik_bounds = np.asarray(self.likelihood.bounds, dtype=np.float64).reshape(-1, 2)
+            lik_low, lik_high = (torch.as_tensor(lik_bounds[:, j], dtype=theta.dtype,
+                                                 device=theta.device) for j in (0, 1))
+        params = ([theta] + ([lik_theta] if lik_theta is not None else [])
+                  + ([Z] if self.optimize_inducing else []))
         opt = torch.optim.Adam(params, lr=self.learning_rate) if params else None
         if self.q_update == "adam":
             q_mean = self.q.mean.clone().requires_grad_(True)
@@ -300,6 +289,7 @@ class SVGPMode(MovableState):
                     q = MomentQ(q_mean.detach(), q_raw.detach())
                 else:
                     q = self.q
+                self.likelihood_ = self._lik_at(lik_theta)
                 ev = self._objective(Rows(X[idx], Y[idx], alpha[idx]), q, theta, Z, True,
                                      n_total=n)
                 if not math.isfinite(ev.elbo):
@@ -320,15 +310,20 @@ class SVGPMode(MovableState):
                     self.q = MomentQ(q_mean.detach(), q_raw.detach())
                 else:
                     gamma = natgrad_schedule(step, self.natgrad_step)
-                    self.q = self._step(ev.sums, ev.scale, gamma)
+                    self.q = self._safe_step(ev.sums, ev.scale, gamma)
                 if opt is not None:
                     opt.zero_grad()
                     theta.grad = -ev.grad_theta
+                    if lik_theta is not None:
+                        lik_theta.grad = -ev.grad_lik
                     if self.optimize_inducing:
                         Z.grad = -ev.grad_Z
                     opt.step()
                     with torch.no_grad():
                         theta.copy_(torch.maximum(torch.minimum(theta, high), low))
+                        if lik_theta is not None:
+                            lik_theta.copy_(torch.maximum(torch.minimum(lik_theta, lik_high),
+                                                          lik_low))
                 step += 1
             mean = float(np.dot(sizes, estimates) / n)
             self.history.append(mean)
@@ -350,6 +345,7 @@ class SVGPMode(MovableState):
                 ConvergenceWarning)
         if self.q_update == "adam":
             self.q = WhitenedQ.from_moments(self.q.mean, self.q.covariance)
+        self.likelihood_ = self._lik_at(lik_theta)
         return theta.detach(), Z.detach()
 
     def _step(self, sums, scale, gamma):
@@ -357,17 +353,37 @@ class SVGPMode(MovableState):
         q = self.q.natural_step(sums, scale, gamma)
         return q.centred() if self.likelihood.shift_invariant else q
 
+    def _safe_step(self, sums, scale, gamma):
+        """:meth:`_step`, retried at half the size while its precision does not factorise
+        (a non-log-concave likelihood's ``h > 0``: ``I - 2 s H`` may be indefinite, and
+        the mixture with the current precision only for a smaller ``gamma``)."""
+        for _ in range(MAX_HALVINGS):
+            try:
+                return self._step(sums, scale, gamma)
+            except NotPositiveDefiniteError:
+                gamma *= 0.5
+        return self._step(sums, scale, gamma)
+
     def _optimal_q(self, rows, theta, Z):
         """From the current ``q`` to the optimum at (theta, Z): block coordinate ascent
         with ``A`` held (``_svgp_inner``) for in-memory rows that fit a chunk, else
-        full-batch natural steps."""
+        full-batch natural steps (a step whose precision does not factorise counts as
+        one that lowers the bound)."""
         if (self.inner == "cached" and isinstance(rows, Rows)
                 and rows.X.shape[0] <= self.batch_size
-                and rows.X.shape[0] * Z.shape[0] <= INNER_HELD_ELEMENTS):
+                and rows.X.shape[0] * Z.shape[-2] * len(self.groups or [None])
+                <= INNER_HELD_ELEMENTS):  # one A (m, n) per group
+            kernel = self._engine_kernel()
+            groups = as_groups(kernel, self.q.mean.shape[1])
             with torch.no_grad():
-                L, _ = inducing_cholesky(self.torch_kernel, theta, Z, self.jitter)
-                problem = InnerProblem(self.torch_kernel, theta, Z, triangular_inverse(L), rows.X,
-                                       rows.Y, self.likelihood, self.batch_size)
+                L_inverses = []
+                for g, kern in enumerate(groups.kernels):
+                    L, _ = inducing_cholesky(kern, theta[groups.thetas[g]],
+                                             groups.inducing(Z, g), self.jitter)
+                    L_inverses.append(triangular_inverse(L))
+                L_inverse = L_inverses[0] if len(groups) == 1 else tuple(L_inverses)
+                problem = InnerProblem(kernel, theta, Z, L_inverse, rows.X, rows.Y,
+                                       self._current(), self.batch_size)
             self.q, _, passes, self._gamma = optimal_q(
                 problem, self.q, tol=self._inner_tol, dither_tol=DITHER_TOL,
                 gamma=self._gamma)
@@ -376,10 +392,16 @@ class SVGPMode(MovableState):
         ev = self._objective(rows, self.q, theta, Z, False)
         n, gamma = ev.sums.n, 1.0
         for _ in range(INNER_MAX_ITER):
-            q_new = self._step(ev.sums, 1.0, gamma)
-            ev_new = self._objective(rows, q_new, theta, Z, False)
-            self.inner_passes += 1
-            gain = ev_new.elbo - ev.elbo
+            try:
+                q_new = self._step(ev.sums, 1.0, gamma)
+            except NotPositiveDefiniteError:
+                q_new = None
+            if q_new is not None:
+                ev_new = self._objective(rows, q_new, theta, Z, False)
+                self.inner_passes += 1
+                gain = ev_new.elbo - ev.elbo
+            else:
+                gain = -math.inf
             if gain >= 0:
                 self.q, ev, gamma = q_new, ev_new, min(1.0, 2.0 * gamma)
             if abs(gain) <= self._inner_tol * n:  # converged
@@ -395,70 +417,17 @@ class SVGPMode(MovableState):
         return n
 
     def _fit_full(self, rows, theta, Z):
-        learn_Z = self.optimize_inducing and self.optimizer is not None
-        packing = Packing(self.torch_kernel.bounds, Z.shape, learn_Z)
-        device, dtype = Z.device, Z.dtype
-        n = self._optimal_q(rows, theta, Z)
-        if self.optimizer is None:
-            self.elbo = self._objective(rows, self.q, theta, Z, False).elbo
-            self.history.append(self.elbo)
-            self.n_iter = 1
-            return theta, Z
-
-        best = {"elbo": -math.inf, "q": self.q, "x": None}
-        values = []
-
-        def value_and_grad(x, eval_gradient=True):
-            theta_x, Z_x = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
-            # warm start from the best point so far: a line search's next trial lies
-            # between it and the last trial, often closer to it
-            self.q = best["q"]
-            if self.inner_tol == "adaptive" and len(values) >= 2:
-                # the inner loop's gap, small beside the last outer change
-                change = abs(values[-1] - values[-2]) / n
-                self._inner_tol = min(INNER_LOOSE, max(INNER_TOL, INNER_RATIO * change))
-            try:
-                self._optimal_q(rows, theta_x, Z_x)
-                # no natural step follows: the gradient without H (_svgp.block_sums)
-                ev = self._objective(rows, self.q, theta_x, Z_x, eval_gradient,
-                                     want_H=False)
-            except NotPositiveDefiniteError:
-                # a trial point beyond what float arithmetic factorises: the line search
-                # steps back from +inf
-                return (math.inf, np.zeros_like(x)) if eval_gradient else math.inf
-            values.append(ev.elbo)
-            if ev.elbo > best["elbo"]:
-                best.update(elbo=ev.elbo, q=self.q, x=np.array(x, dtype=np.float64))
-            self.history.append(ev.elbo)
-            self._bar.update(1)
-            self._bar.set_postfix(elbo=f"{ev.elbo:.6g}")
-            if not eval_gradient:
-                return -ev.elbo
-            parts = [ev.grad_theta.cpu().numpy()]
-            if learn_Z:
-                parts.append(ev.grad_Z.cpu().numpy().ravel())
-            return -ev.elbo, -np.concatenate(parts).astype(np.float64)
-
-        x0 = packing.pack(theta.cpu().numpy(), Z)
-        if callable(self.optimizer):
-            x, _ = self.optimizer(value_and_grad, x0, bounds=packing.bounds)
-        else:
-            x = _lbfgs_plateau(value_and_grad, x0, packing.bounds, self.max_iter, n,
-                               self.tol)
-            x = best["x"] if x is None else x
-        theta, Z = packing.unpack(np.asarray(x, dtype=np.float64), Z, device, dtype)
-        self.q = best["q"]
-        self._inner_tol = INNER_TOL
-        self._optimal_q(rows, theta, Z)  # q at the returned point (not the last trial)
-        self.elbo = self._objective(rows, self.q, theta, Z, False).elbo
-        self.n_iter = len(self.history)
-        return theta, Z
+        return fit_full(self, rows, theta, Z)
 
     # ------------------------------------------------------------------ predict
     def latent_mean_and_variance(self, Xq):
-        """Mean and variance (n*, L) of each latent function's ``q(f)`` at ``Xq``."""
-        return marginals(self.torch_kernel, self.theta, self.Z, self.L_inverse, self.q, Xq,
-                         self.batch_size)
+        """Mean and variance (n*, L) of each latent function's ``q(f)`` at ``Xq`` (all
+        groups' latents, in their order)."""
+        if self.groups is None:
+            return marginals(self.torch_kernel, self.theta, self.Z, self.L_inverse, self.q,
+                             Xq, self.batch_size)
+        return marginals(self._engine_kernel(), self.theta_packed, self.Z_packed,
+                         tuple(self.L_inverses), self.q, Xq, self.batch_size)
 
     def predict_proba(self, Xq):
         """Class probabilities (n*, C): ``E_q[p(y | f)]``; one-vs-rest normalised by the
@@ -482,10 +451,12 @@ class SVGPMode(MovableState):
         """Lower Cholesky factors (L, m, m) of the whitened covariances ``S_c``."""
         return torch.linalg.cholesky(self.q.covariance)
 
-    def posterior(self, shift, n_features_in, squeeze=None):
-        """The :class:`SVGPPosterior` of the fitted ``q`` (for draws)."""
-        squeeze = self.q.mean.shape[1] == 1 if squeeze is None else squeeze
-        return SVGPPosterior(self, shift, n_features_in, squeeze)
+    def posterior(self, shift, n_features_in, squeeze=None, group=0):
+        """The :class:`SVGPPosterior` of the fitted ``q`` of one latent group (for draws of
+        its latents: ``f``, or ``g`` for a heteroscedastic model's noise)."""
+        cols = self.latents[group]
+        squeeze = cols.stop - cols.start == 1 if squeeze is None else squeeze
+        return SVGPPosterior(self, shift, n_features_in, squeeze, group)
 
 
 __all__ = ["MomentQ", "NATGRAD_WARMUP", "SVGPMode", "SVGPPosterior", "natgrad_schedule"]

@@ -40,9 +40,9 @@ import math
 import torch
 
 from .._base import rows_per_chunk
-from ..linalg import gram, lower_matmul, matmul
+from ..linalg import NotPositiveDefiniteError, gram, lower_matmul, matmul
 from ._features import Buffers
-from ._svgp import WhitenedQ, _cross_block
+from ._svgp import Groups, WhitenedQ, _cross_block, as_groups
 from ._sparse import stationary_cross
 
 # a covariance step that loses after a round that gained under NEAR * tol per row ends
@@ -55,61 +55,91 @@ class InnerProblem:
 
     Parameters
     ----------
-    kernel : TorchKernel
+    kernel : TorchKernel or _svgp.Groups
+        Groups: one ``A`` per group, each group's latents through its own.
     theta : Tensor
-    Z : Tensor of shape (m, d)
-    L_inverse : Tensor of shape (m, m)
+    Z : Tensor of shape (m, d) (or (G, m, d), as ``_svgp.Groups``)
+    L_inverse : Tensor of shape (m, m), or a tuple of them (one per group)
         ``L_z^{-1}``.
     X : Tensor of shape (n, d)
     Y : Tensor of shape (n, L)
-    likelihood : _likelihoods.Bernoulli or Softmax
+    likelihood : likelihood object (``_likelihoods`` protocol), at its fitted theta
     batch_size : int
         Rows per chunk of the ``O(n m^2)`` products.
     """
 
     def __init__(self, kernel, theta, Z, L_inverse, X, Y, likelihood, batch_size):
         self.Y, self.likelihood = Y, likelihood
-        m, n = Z.shape[0], X.shape[0]
+        n_latent = Y.shape[1] if not isinstance(kernel, Groups) else kernel.latents[-1].stop
+        groups = as_groups(kernel, n_latent)
+        L_inverses = L_inverse if isinstance(L_inverse, (tuple, list)) else (L_inverse,)
+        m, n = L_inverses[0].shape[0], X.shape[0]
         self.step = rows_per_chunk(batch_size, 3 * m, X.device)
-        cross = stationary_cross(kernel, theta, Z)
-        buffers = Buffers()
+        self.latents, self.As, self.kxxs = groups.latents, [], []
         with torch.no_grad():
-            self.A = X.new_empty(m, n)
-            for start in range(0, n, self.step):
-                rows = slice(start, start + self.step)
-                K, _, _ = _cross_block(kernel, theta, Z, X[rows], cross, buffers)
-                lower_matmul(L_inverse, K.contiguous(), self.A[:, rows])
-            self.kxx = kernel.diag(X, theta, part="full")
+            for g, kern in enumerate(groups.kernels):
+                theta_g, Z_g = theta[groups.thetas[g]], groups.inducing(Z, g)
+                cross = stationary_cross(kern, theta_g, Z_g)
+                buffers = Buffers()
+                A = X.new_empty(m, n)
+                for start in range(0, n, self.step):
+                    rows = slice(start, start + self.step)
+                    K, _, _ = _cross_block(kern, theta_g, Z_g, X[rows], cross, buffers)
+                    lower_matmul(L_inverses[g], K.contiguous(), A[:, rows])
+                self.As.append(A)
+                self.kxxs.append(kern.diag(X, theta_g, part="full"))
+        self.A, self.kxx = self.As[0], self.kxxs[0]
         self.n = n
 
     # ------------------------------------------------------------------ pieces
+    def _groups(self):
+        return zip(self.latents, self.As, self.kxxs)
+
     def variances(self, q):
         """``v`` (n, L) of ``q(f)`` at the rows."""
         n_latent = q.mean.shape[1]
         var = self.A.new_empty(self.n, n_latent)
         with torch.no_grad():
-            for start in range(0, self.n, self.step):
-                rows = slice(start, start + self.step)
-                A = self.A[:, rows]
-                for c in range(n_latent):
-                    U = matmul(q.excess[c], A)
-                    var[rows, c] = self.kxx[rows] + (U * A).sum(0)
+            for cols, A_all, kxx in self._groups():
+                for start in range(0, self.n, self.step):
+                    rows = slice(start, start + self.step)
+                    A = A_all[:, rows]
+                    for c in range(cols.start, cols.stop):
+                        U = matmul(q.excess[c], A)
+                        var[rows, c] = kxx[rows] + (U * A).sum(0)
         return var
+
+    def mean_map(self, mean):
+        """``mu = A^T m`` (n, L), each group's latents through its own ``A``."""
+        if len(self.As) == 1:
+            return matmul(self.A.T, mean)
+        return torch.cat([matmul(A.T, mean[:, cols]) for cols, A, _ in self._groups()], 1)
+
+    def row_map(self, g):
+        """``r = A g`` (m, L), each group's latents through its own ``A``."""
+        if len(self.As) == 1:
+            return matmul(self.A, g)
+        return torch.cat([matmul(A, g[:, cols]) for cols, A, _ in self._groups()], 1)
 
     def value(self, mean, var):
         """``(sum_i E_i, g, h)`` at the means ``mean`` (m, L) and the variances ``var``."""
         with torch.no_grad():
-            mu = matmul(self.A.T, mean)
+            mu = self.mean_map(mean)
             E, g, h = self.likelihood.expectations(self.Y, mu, var)
         return E.sum(), g, h
 
     def curvature(self, h):
-        """``H_c = A diag(h_c) A^T`` (L, m, m), by rank-n updates of ``A sqrt(-h_c)``."""
+        """``H_c = A diag(h_c) A^T`` (L, m, m), by rank-n updates of ``A sqrt(-h_c)`` (and
+        of ``A sqrt(h_c)`` for a likelihood that is not log-concave)."""
         H = []
         with torch.no_grad():
-            for c in range(h.shape[1]):
-                scaled = self.A * (-h[:, c]).clamp_min(0.0).sqrt()
-                H.append(-gram(scaled.contiguous()))
+            for cols, A, _ in self._groups():
+                for c in range(cols.start, cols.stop):
+                    scaled = A * (-h[:, c]).clamp_min(0.0).sqrt()
+                    H.append(-gram(scaled.contiguous()))
+                    if not self.likelihood.log_concave:
+                        scaled = A * h[:, c].clamp_min(0.0).sqrt()
+                        H[-1] = H[-1] + gram(scaled.contiguous())
         return torch.stack(H)
 
     # ------------------------------------------------------------------ steps
@@ -126,7 +156,7 @@ class InnerProblem:
         with torch.no_grad():
             grad = state.get("grad")
             if grad is None:
-                grad = matmul(self.A, state["g"]) - q.mean  # dL/dm: r - m
+                grad = self.row_map(state["g"]) - q.mean  # dL/dm: r - m
             z = self._shifted((q.covariance @ grad.T[..., None])[..., 0].T)
             d = z
             if "z" in state:  # Polak-Ribiere+ with the preconditioner S
@@ -146,7 +176,7 @@ class InnerProblem:
                 mean = q.mean + alpha * d
                 E, g, h = self.value(mean, state["var"])
                 f = float(E) - 0.5 * float((mean * mean).sum())
-                grad_trial = matmul(self.A, g) - mean
+                grad_trial = self.row_map(g) - mean
                 if f > best[0]:
                     best = (f, mean, dict(state, E=E, g=g, h=h, grad=grad_trial))
                 # the secant of the directional derivative between 0 and alpha
@@ -212,7 +242,13 @@ def optimal_q(problem, q, *, tol, dither_tol, gamma=1.0, max_iter=100, mean_iter
     state, f = problem.start(q)
     passes, last_round = 1, math.inf
     for _ in range(max_iter):
-        trial, trial_state, f_trial = problem.precision_step(q, state, gamma)
+        try:
+            trial, trial_state, f_trial = problem.precision_step(q, state, gamma)
+        except NotPositiveDefiniteError:  # h > 0 somewhere (not log-concave): shorter
+            gamma *= 0.5
+            if gamma < 1e-6:
+                break
+            continue
         passes += 1
         gain, done = f_trial - f, False
         if gain >= 0:
