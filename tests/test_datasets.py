@@ -496,3 +496,127 @@ def test_corrupt_digits_rejects_bad_arguments():
         corrupt_digits(_DIGITS, "blur", 6)
     with pytest.raises(ValueError, match="64"):
         corrupt_digits(_DIGITS[:, :10], "blur", 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Robust and heteroscedastic regression (issue 33): make_heteroscedastic, make_friedman_outliers
+
+from sklearn.datasets import make_friedman1  # noqa: E402
+
+from skgpx.datasets import make_friedman_outliers, make_heteroscedastic  # noqa: E402
+
+
+def _hetero_mean(X):
+    # sin(3 x_0) + sin(3 x_1 + 1) / 2 + sin(3 x_2 + 2) / 3 + ..., written out by hand
+    if X.shape[1] == 1:
+        return np.sin(3 * X[:, 0])
+    return (np.sin(3 * X[:, 0]) + np.sin(3 * X[:, 1] + 1) / 2 + np.sin(3 * X[:, 2] + 2) / 3
+            + np.sin(3 * X[:, 3] + 3) / 4 + np.sin(3 * X[:, 4] + 4) / 5)
+
+
+@pytest.mark.parametrize("d", [1, 5])
+def test_heteroscedastic_shapes_mean_and_noise_by_hand(d):
+    X, y, s, f = make_heteroscedastic(500, n_features=d, random_state=0, return_noise=True)
+    assert X.shape == (500, d) and y.shape == s.shape == f.shape == (500,)
+    assert all(a.dtype == np.float64 for a in (X, y, s, f))
+    assert X.min() >= -1 and X.max() <= 1
+    np.testing.assert_allclose(f, _hetero_mean(X), rtol=0, atol=1e-14)
+    # s(x) = 0.5 * 10 ** ((x_0 - 1) / 2): 0.05 at x_0 = -1, 0.5 at x_0 = 1
+    np.testing.assert_allclose(s, 0.5 * 10.0 ** ((X[:, 0] - 1) / 2), rtol=1e-14, atol=0)
+    # the same seed without return_noise gives the same X and y
+    X2, y2 = make_heteroscedastic(500, n_features=d, random_state=0)
+    np.testing.assert_array_equal(X, X2)
+    np.testing.assert_array_equal(y, y2)
+
+
+@pytest.mark.parametrize("ratio", [10.0, 3.0])
+def test_heteroscedastic_noise_level_and_range(ratio):
+    # (y - f) / s must be iid N(0, 1): its mean square lies within 5 s.e. (sqrt(2 / n)) of 1
+    # and its mean within 5 / sqrt(n) of 0; a wrong scale (e.g. s used as a variance) moves
+    # the mean square by a factor of ~3 or more.  The std varies ratio-fold over the data:
+    # the largest and smallest of 20 000 draws lie within 0.2 % of the ends of the range.
+    n = 20_000
+    X, y, s, f = make_heteroscedastic(n, n_features=2, noise_ratio=ratio, random_state=1,
+                                      return_noise=True)
+    z = (y - f) / s
+    assert abs(np.mean(z**2) - 1) <= 5 * np.sqrt(2 / n)
+    assert abs(np.mean(z)) <= 5 / np.sqrt(n)
+    assert s.max() / s.min() == pytest.approx(ratio, rel=0.01)
+    assert s.max() == pytest.approx(0.5, rel=0.005)
+    # the quietest and loudest deciles of the noise: residual stds near their own s
+    lo, hi = s <= np.quantile(s, 0.1), s >= np.quantile(s, 0.9)
+    assert np.std(y[hi] - f[hi]) / np.std(y[lo] - f[lo]) > 0.6 * ratio
+
+
+def test_heteroscedastic_reproducible_and_ratio_one_is_homoscedastic():
+    a = make_heteroscedastic(50, n_features=3, random_state=3)
+    b = make_heteroscedastic(50, n_features=3, random_state=np.random.RandomState(3))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[1], make_heteroscedastic(50, n_features=3, random_state=4)[1])
+    _, _, s, _ = make_heteroscedastic(50, noise_ratio=1.0, random_state=0, return_noise=True)
+    np.testing.assert_array_equal(s, np.full(50, 0.5))
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"n_samples": 0}, ValueError, r"n_samples=0 must be >= 1"),
+        ({"n_samples": 2.5}, TypeError, r"n_samples must be an int"),
+        ({"n_features": 0}, ValueError, r"n_features=0 must be an int >= 1"),
+        ({"n_features": 1.5}, ValueError, r"n_features=1.5 must be an int >= 1"),
+        ({"noise_ratio": 0.5}, ValueError, r"noise_ratio=0.5 must be a finite real"),
+        ({"noise_ratio": np.inf}, ValueError, r"noise_ratio=inf must be a finite real"),
+        ({"noise_ratio": "10"}, ValueError, r"noise_ratio='10' must be a finite real"),
+    ],
+)
+def test_heteroscedastic_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        make_heteroscedastic(**{"n_samples": 10, **kwargs})
+
+
+def test_friedman_outliers_are_friedman1_plus_shifts():
+    X, y, f, out = make_friedman_outliers(2000, random_state=7)
+    Xc, yc = make_friedman1(2000, n_features=10, noise=1.0, random_state=7)
+    assert X.shape == (2000, 10) and y.shape == f.shape == out.shape == (2000,)
+    assert out.dtype == bool and out.sum() == 100
+    np.testing.assert_array_equal(X, Xc)
+    np.testing.assert_array_equal(y[~out], yc[~out])
+    np.testing.assert_allclose(np.abs(y[out] - yc[out]), 30.0, rtol=0, atol=1e-12)
+    # both signs occur (100 fair coins: all one sign has probability 2^-99)
+    shift = y[out] - yc[out]
+    assert (shift > 0).any() and (shift < 0).any()
+    # f is Friedman #1 by hand, and the clean residuals are the N(0, 1) noise
+    f_hand = (10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2
+              + 10 * X[:, 3] + 5 * X[:, 4])
+    np.testing.assert_allclose(f, f_hand, rtol=0, atol=1e-12)
+    r = yc - f
+    assert abs(np.mean(r**2) - 1) <= 5 * np.sqrt(2 / 2000)
+
+
+def test_friedman_outliers_options():
+    X, y, f, out = make_friedman_outliers(1000, noise=0.0, outlier_fraction=0.1,
+                                          outlier_shift=5.0, random_state=0)
+    assert out.sum() == 100
+    np.testing.assert_allclose(y[~out], f[~out], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.abs(y[out] - f[out]), 5.0, rtol=0, atol=1e-12)
+    X0, y0, _, out0 = make_friedman_outliers(300, outlier_fraction=0.0, random_state=2)
+    assert not out0.any()
+    np.testing.assert_array_equal(y0, make_friedman1(300, noise=1.0, random_state=2)[1])
+    # round(fraction * n) rows: 0.05 * 30 = 1.5 -> 2
+    assert make_friedman_outliers(30, random_state=0)[3].sum() == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"n_samples": 0}, ValueError, r"n_samples=0 must be >= 1"),
+        ({"noise": -1.0}, ValueError, r"noise=-1.0 must be a finite real number in \[0.0"),
+        ({"outlier_fraction": 1.5}, ValueError, r"outlier_fraction=1.5 must be .*1.0\]"),
+        ({"outlier_fraction": -0.1}, ValueError, r"outlier_fraction=-0.1 must be"),
+        ({"outlier_shift": np.nan}, ValueError, r"outlier_shift=nan must be a finite real"),
+    ],
+)
+def test_friedman_outliers_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        make_friedman_outliers(**kwargs)

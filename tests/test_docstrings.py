@@ -10,6 +10,7 @@ MODULES = {"skgpx.pathwise._estimator": True, "skgpx.pathwise._classifier": True
            "skgpx.dkp._estimator": True,
            "skgpx.datasets._regression": True, "skgpx.datasets._qep": True,
            "skgpx.datasets._digits": True, "skgpx.datasets._smooth_sparse": True,
+           "skgpx.datasets._heteroscedastic": True,
            "skgpx.kernels": False, "skgpx.linalg": False,
            "skgpx.qep._regressor": True, "skgpx.qep._classifier": True,
            "skgpx.qep._distribution": True, "skgpx.metrics": True,

@@ -18,9 +18,15 @@ KEP-SVGP benchmarks).
 ``make_smooth_sparse_regression`` draws the linear-regression problems of the smooth
 dependent relevance determination benchmarks (coefficients on a 1-D or 2-D grid that are
 sparse, smooth or both) and returns a :class:`~sklearn.utils.Bunch` with a test set.
+
+``make_heteroscedastic`` (a smooth mean with a noise level that varies ``noise_ratio``-fold over
+the inputs) and ``make_friedman_outliers`` (``make_friedman1`` with a fraction of the targets
+shifted by a gross error; it also returns the noise-free function and the outlier mask) are the
+problems of the robust and heteroscedastic regression benchmarks.
 """
 
 from ._digits import DIGIT_CORRUPTIONS, corrupt_digits
+from ._heteroscedastic import make_friedman_outliers, make_heteroscedastic
 from ._qep import (
     load_authors_rhombus,
     make_annular_rhombus,
@@ -42,4 +48,6 @@ __all__ = [
     "corrupt_digits",
     "DIGIT_CORRUPTIONS",
     "make_smooth_sparse_regression",
+    "make_heteroscedastic",
+    "make_friedman_outliers",
 ]
