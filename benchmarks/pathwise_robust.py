@@ -31,7 +31,10 @@ Parts (``--parts``, comma-separated; all by default):
   contaminated data; GPyTorch's RMSE no better than ours; our fit <= 0.5x GPyTorch's time.
 * ``hetero``: ``make_heteroscedastic`` in 1 and 5 dimensions (noise std from 0.05 to 0.5,
   log-linear in the first feature), n = 2 000 training and 2 000 held-out rows, m =
-  ``--hetero-m`` (64), ``--seeds`` seeds: ``likelihood="heteroscedastic"`` (noise kernel
+  ``--hetero-m`` (512: in 5-D, ``f``'s approximation error at smaller m is taken for noise
+  where the noise is small, and the quietest decile is over-covered, 94.9 % at m = 256 and
+  92.0 % at 512 over 10 seeds; in 1-D m = 64 does), ``--seeds`` seeds:
+  ``likelihood="heteroscedastic"`` (noise kernel
   ``ConstantKernel() * RBF(ones(d))``) against the Gaussian model.  Coverage of the central
   90 % predictive interval of the held-out y, per decile of the true noise std (deciles and
   coverage pooled over seeds: about 2 000 points per decile, s.e. 0.7 %), for both models:
@@ -512,7 +515,8 @@ def main():
                         help="outliers: GPyTorch's full-batch Adam steps (2000)")
     parser.add_argument("--hetero-n", type=int, default=None,
                         help="hetero: training (and held-out) rows (2000; --quick: 1000)")
-    parser.add_argument("--hetero-m", type=int, default=64, help="hetero: inducing points (64)")
+    parser.add_argument("--hetero-m", type=int, default=512,
+                        help="hetero: inducing points (512)")
     parser.add_argument("--scale-m", type=int, default=256, help="scale: inducing points (256)")
     parser.add_argument("--scale-epochs", type=int, default=12,
                         help="scale: epochs at most (12; the plateau rule may stop sooner)")
