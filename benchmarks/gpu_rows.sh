@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one command: every `gpu`-marked test, then the GPU row of each family's
 # benchmark, each step bounded by its own time limit so that one slow step cannot take the
-# others down. Written for a short loan of a CUDA machine (at most 13 min 55 s of work in
-# all by the limits, about 8 minutes on an H200: each benchmark cell starts a child process,
+# others down. Written for a short loan of a CUDA machine (at most 17 min 15 s of work in
+# all by the limits, about 10 minutes on an H200: each benchmark cell starts a child process,
 # and its CUDA start-up costs 10-20 s there). Run it with a 10-minute budget and the last
 # steps may be cut; the new work's steps come first.
 #
@@ -10,8 +10,8 @@
 #
 #     bash benchmarks/gpu_rows.sh [OUTDIR]      # logs in OUTDIR (benchmarks/results/gpu)
 #
-# PYTHON names the interpreter (python3). Every log ends up in OUTDIR, one per step (eight at
-# most), and the last lines of each are echoed as the step ends.
+# PYTHON names the interpreter (python3). Every log ends up in OUTDIR, one per step (nine:
+# tar them where only eight files come back), and the last lines of each are echoed as the step ends.
 set -u
 out=${1:-benchmarks/results/gpu}
 py=${PYTHON:-python3}
@@ -36,6 +36,7 @@ step tests 120 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
 step classifier 200 40 "$py" benchmarks/pathwise_classifier.py --device cuda \
     --parts gpytorch,scale,draws --cutoff 150
+step robust 200 15 "$py" benchmarks/pathwise_robust.py --device cuda --parts scale --cutoff 180
 step pathwise_scaling 150 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
     --configs 2000x8000,1000x100000 --methods numpy-chol,ours,botorch --repeats 3 --cutoff 45
 step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60 \
