@@ -13,25 +13,25 @@ from .._base import (
     Interval,
     StrOptions,
     TorchEstimatorMixin,
-    array_bytes,
     check_draw_memory,
     check_magnitude,
-    check_memory,
     check_n_samples,
     prediction_generator,
     column_standardisation,
     progress_bar,
-    rows_per_chunk,
     standard_normal,
     to_numpy,
 )
 from ..linalg import NotPositiveDefiniteError
 from ._grams import GRAM_KERNELS
+from ._memory import check_fit_memory, check_joint_memory
 from ._model import (
     Breakdown, DKPConfig, DKPState, dkp_objective, forward_prior_means, prune_factors,
 )
 from ._predict import build_prediction_cache, propagate
 from ._solver import sweep
+from ._sparse_mode import fit_sparse, inducing_spec
+from ._sparse_predict import predict_marginals
 
 __all__ = ["DeepKernelProcessRegressor"]
 
@@ -40,33 +40,6 @@ _ADVICE = (
     "increase jitter, noise_variance, dof or mirror_reg (or standardise the inputs with "
     "normalize_X=True)"
 )
-_EXACT_NOTE = (
-    "the point solver is exact in the number of training rows P (no inducing-point "
-    "approximation), so its memory grows as P^2 and its time as P^3"
-)
-
-
-def _fit_bytes(n_rows, n_layers, dtype):
-    """Peak bytes of a fit on ``n_rows`` rows: ``14 + 12 L`` torch ``P x P`` buffers (the
-    hidden Grams, their sum kernels, cached kernel matrices, Cholesky factors and inverses
-    shared between sweeps, and the CARE solver's work arrays) and ``L + 1`` float64 numpy
-    copies in ``gram_matrices_``.  The counts are peak resident sizes measured on fits of
-    1500 and 2200 rows with 0 to 3 layers and every objective (13.4, 28.4, 39.4 and 52.4
-    buffers for L = 0, 1, 2, 3)."""
-    square = array_bytes(n_rows, n_rows, dtype=dtype)
-    return (14 + 12 * n_layers) * square + (n_layers + 1) * array_bytes(n_rows, n_rows)
-
-
-def _test_bytes(n_test, n_train, n_layers, dtype, numpy_copies=1):
-    """Peak bytes of a joint prediction at ``n_test`` rows: ``5 + L`` torch ``n x n`` blocks
-    (the test Gram of every layer, kept until the end, and the kernel, sum-kernel and
-    symmetrised blocks of the layer being propagated; the eigendecomposition of
-    ``sample_y``), ``numpy_copies`` float64 ``n x n`` results, and ``4 + 2 L`` ``n x P``
-    cross blocks.  Measured (float64): 5.3, 7.7 and 9.7 ``n x n`` buffers for L = 0, 2, 4
-    at 3000 test rows, for ``sample_y`` and ``predict(return_cov=True)`` alike."""
-    square = array_bytes(n_test, n_test, dtype=dtype)
-    return ((5 + n_layers) * square + numpy_copies * array_bytes(n_test, n_test)
-            + (4 + 2 * n_layers) * array_bytes(n_test, n_train, dtype=dtype))
 
 
 class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin,
@@ -172,7 +145,28 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Standardise the target columns; predictions are returned on the original scale.
     warm_start : bool, default=False
         Continue from the previous fit's Gram matrices, weights and ``Omega`` when the
-        new data have the same shape.
+        new data have the same shape (sparse mode: the same number of inducing inputs).
+    n_inducing : int or None, default=None
+        Sparse mode: ``m`` inducing inputs (at most the rows; k-means++ on the standardised
+        rows), ``m x m`` hidden Grams, rows carried by the prediction equations, Titsias'
+        bound at the output: ``O(L m^2 + b m)`` memory, ``O(P m^2 L)`` time per pass over
+        the rows (user guide, "Sparse mode").  None: the exact ``P x P`` solver.
+    inducing_points : array-like of shape (m, n_features) or None, default=None
+        Sparse mode on these inducing inputs (the scale of X); overrides ``n_inducing``.
+    solver : {'auto', 'newton', 'lbfgs'}, default='auto'
+        Sparse mode: 'newton' runs CARE sweeps (Anderson-accelerated), 'auto' hands over
+        to L-BFGS once a sweep gains < 1e-3 per row, 'lbfgs' runs L-BFGS on Cholesky
+        factors (``max_iter`` counts sweeps or iterations).  Exact mode: 'lbfgs' raises.
+    batch_size : int, default=8192
+        Sparse mode: the most rows per chunk of a pass over the rows (memory ``O(b m)``).
+    inducing_jitter : float, default=1e-8
+        Sparse mode: jitter of the output kernel on the inducing inputs, relative to its
+        mean diagonal (not shared with the rows).
+    optimize_inducing : bool, default=False
+        Sparse mode: also learn the inducing inputs, by L-BFGS: with 'lbfgs' throughout,
+        with 'auto' in its L-BFGS stage only; 'newton' keeps them fixed (with a warning).
+    random_state : int, RandomState instance or None, default=None
+        Sparse mode: seed of the k-means++ choice of the inducing inputs.
     device : str, default='auto'
         ``'auto'`` (CUDA when available), ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
     dtype : {'float64', 'float32'}, default='float64'
@@ -185,8 +179,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
     Attributes
     ----------
-    gram_matrices_ : list of ndarray of shape (n_samples, n_samples)
-        ``[G_1, ..., G_L]`` on the standardised scale (``G_1 = X Omega X^T / d``).
+    gram_matrices_ : list of ndarray of shape (n_samples, n_samples) or (m, m)
+        ``[G_1, ..., G_L]`` on the standardised scale (``G_1 = X Omega X^T / d``), on
+        the inducing inputs in sparse mode.
     input_scale_ : ndarray of shape (n_features, n_features) or None
         The learned ``Omega``; None without ``input_scale``.
     kernel_weights_ : ndarray of shape (n_layers, 2)
@@ -206,9 +201,15 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
     objective_ : float
         The final objective.
     n_iter_ : int
-        Sweeps run.
+        Sweeps (or L-BFGS iterations) run.
     converged_ : bool
         True when ``tol`` was set and met.
+    solver_ : str
+        The solver that ended the fit: 'newton' (the sweeps) or 'lbfgs'.
+    inducing_points_ : ndarray of shape (m, n_features)
+        Sparse mode only: the inducing inputs, on the scale of X.
+    n_passes_ : int
+        Sparse mode only: passes over the rows (the last builds the prediction factors).
     X_mean_, X_scale_ : ndarray of shape (n_features,)
         Column means and scales that standardise the inputs (zeros and ones without
         ``normalize_X``).
@@ -216,9 +217,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Column means and scales that standardise the targets (zeros and ones without
         ``normalize_y``).
     X_train_ : ndarray of shape (n_samples, n_features)
-        Training inputs (original scale).
+        Training inputs (original scale); exact mode only: a sparse fit keeps no row.
     y_train_ : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        Training targets (original scale).
+        Training targets (original scale); exact mode only.
     n_features_in_ : int
         Number of features seen in fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -309,6 +310,13 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         "normalize_X": ["boolean"],
         "normalize_y": ["boolean"],
         "warm_start": ["boolean"],
+        "n_inducing": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "inducing_points": ["array-like", None],
+        "solver": [StrOptions({"auto", "newton", "lbfgs"})],
+        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "inducing_jitter": [Interval(numbers.Real, 0, None, closed="left")],
+        "optimize_inducing": ["boolean"],
+        "random_state": ["random_state"],
         "device": [str],
         "dtype": [StrOptions({"float64", "float32"})],
         "verbose": ["verbose"],
@@ -339,6 +347,13 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         normalize_X=True,
         normalize_y=True,
         warm_start=False,
+        n_inducing=None,
+        inducing_points=None,
+        solver="auto",
+        batch_size=8192,
+        inducing_jitter=1e-8,
+        optimize_inducing=False,
+        random_state=None,
         device="auto",
         dtype="float64",
         verbose=0,
@@ -365,6 +380,13 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         self.normalize_X = normalize_X
         self.normalize_y = normalize_y
         self.warm_start = warm_start
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.solver = solver
+        self.batch_size = batch_size
+        self.inducing_jitter = inducing_jitter
+        self.optimize_inducing = optimize_inducing
+        self.random_state = random_state
         self.device = device
         self.dtype = dtype
         self.verbose = verbose
@@ -412,7 +434,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         previous = getattr(self, "_state", None)
         if (
             self.warm_start
-            and previous is not None
+            and isinstance(previous, DKPState)
             and tuple(previous.inputs.shape) == tuple(inputs.shape)
             and previous.targets.shape[1] == targets.shape[1]
             and len(previous.hidden_grams) == self.n_layers
@@ -422,15 +444,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         half = torch.full((2 if self.skip else 1,), 0.5, dtype=dtype, device=device)
         weights = [half.clone() for _ in range(self.n_layers)]
         weights.append(torch.tensor([1.0, float(self.noise_variance)], dtype=dtype, device=device))
-        n_features = inputs.shape[1]
-        return DKPState(
-            inputs=inputs,
-            targets=targets,
-            omega=torch.eye(n_features, dtype=dtype, device=device),
-            hidden_grams=[None] * self.n_layers,
-            weights=weights,
-            jitter=jitter,
-        )
+        omega = torch.eye(inputs.shape[1], dtype=dtype, device=device)
+        return DKPState(inputs=inputs, targets=targets, omega=omega,
+                        hidden_grams=[None] * self.n_layers, weights=weights, jitter=jitter)
 
     def fit(self, X, y):
         """Fit the Gram matrices, kernel weights and input scale by solver sweeps.
@@ -457,8 +473,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         NotPositiveDefiniteError
             If a matrix stays non positive definite after three jitter increases.
         InsufficientMemoryError
-            At once, before any torch work, when the ``P x P`` matrices of the fit cannot
-            fit in the memory available on the device.
+            At once, before any torch work, when the ``P x P`` matrices of the fit (sparse
+            mode: its ``m x m`` blocks and chunks) cannot fit in the device's memory.
         """
         self._validate_params()
         X, y = validate_data(
@@ -466,18 +482,11 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             dtype=[np.float64, np.float32],
         )
         dof = self._resolve_dof()
+        spec = inducing_spec(self, X)  # None in the exact mode
         device, dtype = self._fit_device_dtype()
         check_magnitude(X, "X", dtype)
         check_magnitude(y, "y", dtype)
-        n_rows = X.shape[0]
-        check_memory(
-            _fit_bytes(n_rows, self.n_layers, dtype),
-            what=(f"DeepKernelProcessRegressor.fit on {n_rows} rows ({n_rows} x {n_rows} Gram "
-                  f"matrices, sum kernels and factors, {self.n_layers} hidden layers)"),
-            way_out=(f"fit on fewer rows (a random subsample), or on a GPU (device='cuda'); "
-                     f"{_EXACT_NOTE}"),
-            device=device,
-        )
+        check_fit_memory(self, *X.shape, 1 if y.ndim == 1 else y.shape[1], spec, device, dtype)
         config = self._config(dof)
         if self.tol is not None and self.objective == "dgp":
             warnings.warn(
@@ -491,19 +500,29 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             np.zeros(X.shape[1]), np.ones(X.shape[1]))
         y_mean, y_scale = column_standardisation(y_matrix) if self.normalize_y else (
             np.zeros(y_matrix.shape[1]), np.ones(y_matrix.shape[1]))
-        inputs = self._as_tensor((X - x_mean) / x_scale, device, dtype)
+        standardised = (X - x_mean) / x_scale
+        inputs = self._as_tensor(standardised, device, dtype)
         targets = self._as_tensor((y_matrix - y_mean) / y_scale, device, dtype)
-
-        state, history, converged, jitter = self._solve(config, inputs, targets, device, dtype)
-
+        for name in ("inducing_points_", "n_passes_") if spec is None else ("X_train_", "y_train_"):
+            self.__dict__.pop(name, None)  # a refit in the other mode
+        if spec is not None:
+            state, grams, history, converged, jitter = fit_sparse(
+                self, config, spec, standardised, inputs, targets, (x_mean, x_scale), device,
+                dtype)
+        else:
+            state, history, converged, jitter = self._solve(config, inputs, targets, device, dtype)
+            self._cache = build_prediction_cache(config, state)
+            state.grams_cache = {}  # factorisations: not worth pickling
+            grams = [state.gram(j) for j in range(1, state.n_nodes + 1)]
+            self.solver_ = "newton"
+            self.X_train_ = X.copy()
+            self.y_train_ = np.array(y, dtype=np.float64, copy=True)
         self.device_, self.dtype_ = device, self.dtype
         self.X_mean_, self.X_scale_ = x_mean, x_scale
         self.y_mean_, self.y_scale_ = y_mean, y_scale
         self._state = state
         self._fitted_structure = (self.kernel, self.skip, self.input_scale)
-        self._cache = build_prediction_cache(config, state)
-        state.grams_cache = {}  # factorisations: not worth pickling
-        self.gram_matrices_ = [to_numpy(state.gram(j)) for j in range(1, state.n_nodes + 1)]
+        self.gram_matrices_ = [to_numpy(gram) for gram in grams]
         self.input_scale_ = to_numpy(state.omega) if config.input_scale else None
         hidden = np.zeros((self.n_layers, 2))
         for layer, weights in enumerate(state.weights[:-1]):
@@ -517,8 +536,6 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         self.objective_ = history[-1]
         self.n_iter_ = len(history) - 1
         self.converged_ = converged
-        self.X_train_ = X.copy()
-        self.y_train_ = np.array(y, dtype=np.float64, copy=True)
         return self
 
     def _solve(self, config, inputs, targets, device, dtype):
@@ -603,26 +620,12 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         device, dtype = self._current_device_dtype()
         check_magnitude(X, "X", dtype)
         if joint is not None:
-            n_test = X.shape[0]
-            # float64 numpy n x n results: one per target of the covariance, one per layer
-            # of predict_grams; for sample_y the work array of its eigendecomposition
-            copies = {"sample_y": 1, "predict_grams(full=True)": self.n_layers + 1}.get(
-                joint, 1 if self._single_target() else self.y_train_.shape[1])
-            check_memory(
-                _test_bytes(n_test, self.X_train_.shape[0], self.n_layers, dtype, copies),
-                what=(f"DeepKernelProcessRegressor.{joint} on {n_test} rows (joint "
-                      f"{n_test} x {n_test} covariances)"),
-                way_out=("ask for fewer query rows per call (split X into chunks: joint "
-                         "draws or covariances are then joint within each chunk only), use "
-                         "predict(X, return_std=True) for marginals, or a GPU "
-                         "(device='cuda' at fit)"),
-                device=self.device_,
-            )
+            check_joint_memory(self, joint, X.shape[0], dtype)
         X = (np.asarray(X, dtype=np.float64) - self.X_mean_) / self.X_scale_
         return self._as_tensor(X, device, dtype)
 
     def _single_target(self):
-        return self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1
+        return self.y_mean_.shape[0] == 1  # 1-D y and y of shape (n, 1) alike
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally standard deviation or covariance.
@@ -665,14 +668,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
             if self._single_target():
                 return y_mean[:, 0], y_cov[:, :, 0]
             return y_mean, y_cov
-        n_train = self._cache.inputs.shape[0]
-        rows = rows_per_chunk(4096, n_train, self.device_)
-        # chunks write into outputs on the device; one copy to the host at the end
-        means = test.new_empty((test.shape[0], self._cache.output_weights.shape[1]))
-        variances = test.new_empty(test.shape[0])
-        for start in range(0, test.shape[0], rows):
-            stop = start + rows
-            means[start:stop], variances[start:stop] = propagate(self._cache, test[start:stop])
+        means, variances = predict_marginals(self._cache, test, self.device_)
         y_mean = to_numpy(means) * self.y_scale_ + self.y_mean_
         if self._single_target():
             y_mean = y_mean[:, 0]
@@ -753,8 +749,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Returns
         -------
         grams : list of tuple (G_ti, G_tt)
-            For layers ``1..L``: ``G_ti`` of shape (n_samples, n_train) and ``G_tt`` of
-            shape (n_samples,) or (n_samples, n_samples), on the standardised scale.
+            For layers ``1..L``: ``G_ti`` of shape (n_samples, n_train) (sparse mode:
+            (n_samples, m), against the inducing inputs) and ``G_tt`` of shape
+            (n_samples,) or (n_samples, n_samples), on the standardised scale.
         """
         check_is_fitted(self)
         test = self._test_tensor(X, joint="predict_grams(full=True)" if full else None)
