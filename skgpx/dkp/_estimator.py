@@ -145,7 +145,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         Standardise the target columns; predictions are returned on the original scale.
     warm_start : bool, default=False
         Continue from the previous fit's Gram matrices, weights and ``Omega`` when the
-        new data have the same shape (sparse mode: the same number of inducing inputs).
+        new data have the same shape (sparse mode: the same number of inducing inputs,
+        and the previous inducing inputs are kept).
     n_inducing : int or None, default=None
         Sparse mode: ``m`` inducing inputs (at most the rows; k-means++ on the standardised
         rows), ``m x m`` hidden Grams, rows carried by the prediction equations, Titsias'

@@ -65,7 +65,8 @@ def _initial_state(estimator, config, inducing, jitter, device, dtype):
             and len(previous.hidden_grams) == estimator.n_layers
             and estimator._fitted_structure == (estimator.kernel, estimator.skip,
                                                 estimator.input_scale)):
-        return previous.copy(jitter=jitter, inducing=inducing.to(previous.inducing))
+        # the previous Grams live on the previous inducing inputs: keep both
+        return previous.copy(jitter=jitter, coincide=not _learns_inducing(estimator))
     half = torch.full((2 if estimator.skip else 1,), 0.5, dtype=dtype, device=device)
     weights = [half.clone() for _ in range(estimator.n_layers)]
     weights.append(torch.tensor([1.0, float(estimator.noise_variance)], dtype=dtype,
@@ -156,7 +157,7 @@ def fit_sparse(estimator, config, spec, X, inputs, targets, scaling, device, dty
             f"The objective did not converge to tol={tol!r} within max_iter="
             f"{estimator.max_iter} iterations; increase max_iter.", ConvergenceWarning,
             stacklevel=3)
-    state = result.state
+    state = result.state.copy()  # without the solvers' caches (extras)
     estimator._cache = cache
     estimator.inducing_points_ = to_numpy(state.inducing) * scaling[1] + scaling[0]
     estimator.n_passes_ = int(result.passes[-1]) + 1  # + the pass of the prediction factors

@@ -380,3 +380,13 @@ def test_verbose_progress_on_stderr(capfd):
     captured = capfd.readouterr()
     assert "objective=" in captured.err  # the bar
     assert "iteration 3: objective" in captured.out + captured.err  # tqdm.write's lines
+
+
+def test_warm_start_continues_from_the_previous_state():
+    model = DeepKernelProcessRegressor(**SPARSE, warm_start=True).fit(X, Y)
+    first, points = model.objective_, model.inducing_points_.copy()
+    model.set_params(random_state=1).fit(X, Y)  # another k-means++ draw is not used
+    np.testing.assert_array_equal(model.inducing_points_, points)
+    assert model.objective_history_[0] == pytest.approx(first, rel=1e-10)
+    cold = DeepKernelProcessRegressor(**SPARSE).fit(X, Y)
+    assert cold.objective_history_[0] < first
