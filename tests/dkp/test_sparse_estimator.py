@@ -403,3 +403,11 @@ def test_optimize_inducing_moves_the_points_and_raises_the_objective(solver):
     assert moved.objective_history_[0] == pytest.approx(fixed.objective_history_[0], rel=1e-6)
     assert moved.objective_history_[0] != fixed.objective_history_[0]
     assert moved.objective_ > moved.objective_history_[0]
+
+
+def test_torch_rng_untouched():
+    before = torch.get_rng_state()
+    model = DeepKernelProcessRegressor(**SPARSE).fit(X, Y)
+    model.predict(X_TEST, return_std=True)
+    model.sample_y(X_TEST, 2)
+    assert torch.equal(torch.get_rng_state(), before)
