@@ -85,22 +85,34 @@ def block_statistics(X, Y, alpha, config, tensors, layout, jitter, coincide, bat
 
 
 def _linearised(config, blocks, X, Y, jitter, coincident, adjoints):
-    """``phi_c`` of one chunk for every seed: ``<G_W, W_c> + <G_w, w_c> + g_yy yy_c
-    + g_tr tr_c + g_log log_noise_c`` with ``W_c``, ``w_c`` never formed."""
+    """A surrogate of ``phi_c`` for every seed, with ``phi_c``'s gradients.
+
+    ``phi_c = <G_W, W_c> + <G_w, w_c> + g_yy yy_c + g_tr tr_c + g_log log_noise_c``; with
+    ``u_t = L_u^-1 k_t`` (so ``a_t = u_t / sigma``, ``w_c = U^T Y / sigma^2``) its first two
+    terms are ``(q + r) / sigma^2`` with ``q = <U G_W, U>`` and ``r = <U, Y G_w^T>``.  Their
+    derivative in ``U`` is ``C = (2 U G_W + Y G_w^T) / sigma^2``, formed here without a graph,
+    so that the surrogate ``<U, C> + (q + r) / sigma^2`` (``C``, ``q``, ``r`` held fixed) has
+    the gradients of ``phi_c`` at one elementwise product per seed: the backward pass never
+    multiplies by ``G_W`` again.  ``W_c``, ``w_c`` are never formed.
+    """
     G_W, G_w, g_scalars = adjoints  # (S, m, m), (S, m, T), (S, 3)
     cross, diag = propagate_rows(config, blocks, X, jitter, coincident)
-    root_noise = torch.sqrt(blocks.noise)
-    whitened = (cross @ blocks.whitening.mT) / root_noise  # a_t, (b, m)
+    whitened = cross @ blocks.whitening.mT  # u_t = L_u^-1 k_t, (b, m)
     n_seeds, m = G_W.shape[0], G_W.shape[1]
-    # one product for all seeds: a_t^T G_W + y_t^T G_w^T / sigma, (b, S m)
-    right = G_W.permute(1, 0, 2).reshape(m, n_seeds * m)
-    targets = G_w.permute(2, 0, 1).reshape(Y.shape[1], n_seeds * m)
-    mixed = whitened @ right + (Y @ targets) / root_noise
-    quadratic = (mixed.reshape(-1, n_seeds, m) * whitened[:, None, :]).sum(dim=(0, 2))
+    noise = blocks.noise
+    with torch.no_grad():
+        fixed = whitened.detach()
+        # one product for all seeds: U G_W and Y G_w^T, (b, S, m)
+        quadratic = (fixed @ G_W.permute(1, 0, 2).reshape(m, n_seeds * m)).reshape(-1, n_seeds, m)
+        linear = (Y @ G_w.permute(2, 0, 1).reshape(Y.shape[1], n_seeds * m)).reshape(
+            -1, n_seeds, m)
+        q = (quadratic * fixed[:, None, :]).sum(dim=(0, 2))
+        r = (linear * fixed[:, None, :]).sum(dim=(0, 2))
+        slope = (2.0 * quadratic + linear) / noise
+    surrogate = (whitened[:, None, :] * slope).sum(dim=(0, 2))
     n = X.shape[0]
-    scalars = torch.stack([(Y * Y).sum() / blocks.noise, diag.sum() / blocks.noise,
-                           n * torch.log(blocks.noise)])
-    return quadratic + g_scalars @ scalars  # (S,)
+    scalars = torch.stack([(Y * Y).sum() / noise, diag.sum() / noise, n * torch.log(noise)])
+    return surrogate + (q + r) / noise + g_scalars @ scalars  # (S,)
 
 
 def block_gradients(X, Y, alpha, config, tensors, layout, jitter, coincide, adjoints,
