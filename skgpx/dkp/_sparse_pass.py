@@ -172,7 +172,7 @@ def _data_seeds(seeds):
     return wanted
 
 
-def objective_gradients(config, state, rows, batch_size, seeds=("value",)):
+def objective_gradients(config, state, rows, batch_size, seeds=("value",), statistics=None):
     """The objective and, per seed, its gradients in ``state.tensors()`` (two passes).
 
     Parameters
@@ -183,6 +183,10 @@ def objective_gradients(config, state, rows, batch_size, seeds=("value",)):
     batch_size : int
         Upper bound on the rows per chunk.
     seeds : sequence of {'value', 'prior', 'fit', 'volume'}
+    statistics : SparseStatistics, optional
+        The row sums at this same ``state`` (``objective_value(...).statistics``, e.g. of the
+        evaluation that accepted it): pass A is then skipped.  Row sums of another state
+        give wrong gradients.
 
     Returns
     -------
@@ -196,7 +200,8 @@ def objective_gradients(config, state, rows, batch_size, seeds=("value",)):
     leaves = [t.detach().clone().requires_grad_() for t in state.tensors()]
     with torch.enable_grad():
         blocks = inducing_blocks(config, state.with_tensors(leaves))  # m x m graph
-    statistics = _statistics(config, state, blocks, rows, batch_size)  # pass A
+    if statistics is None:
+        statistics = _statistics(config, state, blocks, rows, batch_size)  # pass A
     data_seeds = _data_seeds(seeds)
     stat_leaves = [t.detach().clone().requires_grad_() for t in statistics.tensors()]
     with torch.enable_grad():

@@ -125,6 +125,31 @@ def test_rows_visited_in_chunks(monkeypatch):
     assert max(largest) < X.shape[0] * M
 
 
+def test_gradients_reuse_the_value_pass(monkeypatch):
+    """With the row sums of :func:`objective_value` at the same state, the gradients are
+    the same and take one pass over the rows instead of two."""
+    config, state, X, Y = _problem(n=60)
+    rows = make_rows(X, Y)
+    terms, grads = objective_gradients(config, state, rows, 16, seeds=SEEDS)
+    value = objective_value(config, state, rows, 16)
+    seen = []
+    original = sparse_model.propagate_rows
+
+    def recording(config_, blocks, inputs, *args, **kwargs):
+        seen.append(inputs.shape[0])
+        return original(config_, blocks, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(sparse_pass, "propagate_rows", recording)
+    monkeypatch.setattr(sparse_model, "propagate_rows", recording)
+    again, reused = objective_gradients(config, state, rows, 16, seeds=SEEDS,
+                                        statistics=value.statistics)
+    assert sum(seen) == X.shape[0]
+    assert float(again.value) == float(terms.value)
+    for seed in SEEDS:
+        for a, b in zip(reused[seed], grads[seed]):
+            assert torch.equal(a, b)
+
+
 class _SavedBytes:
     """Peak bytes held by autograd graphs for backward (saved-tensor hooks)."""
 
