@@ -35,7 +35,7 @@ from ._model import Breakdown
 from ._sparse_model import SparseFit, _cholesky, hidden_node, input_gram, prior_mean_grams
 from ._sparse_pass import objective_gradients
 
-__all__ = ["Packing", "lbfgs_fit", "maximise"]
+__all__ = ["PackedObjective", "Packing", "lbfgs_fit", "maximise"]
 
 _HISTORY = 20  # L-BFGS memory
 _ARMIJO = 1e-4  # c1 of the Wolfe conditions
@@ -197,6 +197,42 @@ class Packing:
             grams = prior_mean_grams(config, template.with_tensors(
                 [omega, *template.hidden_grams, *weights, inducing]))
         return template.with_tensors([omega, *grams, *weights, inducing])
+
+
+class PackedObjective:
+    """The objective and its gradient in the packed vector (two passes over the rows).
+
+    ``objective(vector) -> (L, dL/dvector, state)`` with ``state`` detached, or ``None``
+    where a matrix on the inducing inputs is not positive definite or a value is not
+    finite.  ``passes`` counts the passes over the rows (an evaluation refused on a
+    breakdown of the inducing matrices reads no rows and counts none).
+    """
+
+    def __init__(self, config, packing, rows, batch_size, passes=0):
+        self.config, self.packing, self.rows, self.batch_size = config, packing, rows, batch_size
+        self.passes = int(passes)
+
+    def __call__(self, vector):
+        leaf = vector.detach().requires_grad_()
+        try:
+            with torch.enable_grad():
+                built = self.packing.state(leaf)
+                tensors = built.tensors()
+                detached = built.with_tensors([t.detach() for t in tensors])
+                terms, gradients = objective_gradients(self.config, detached, self.rows,
+                                                       self.batch_size, seeds=("value",))
+                self.passes += 2
+                value = float(terms.value)
+                # chain the state's gradients to the vector through the m x m map
+                pairs = [(t, g) for t, g in zip(tensors, gradients["value"]) if t.requires_grad]
+                if pairs:
+                    torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        except Breakdown:
+            return None
+        gradient = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        if not math.isfinite(value) or not bool(torch.isfinite(gradient).all()):
+            return None
+        return value, gradient.detach(), detached
 
 
 # ----------------------------------------------------------------------- optimiser
@@ -423,34 +459,12 @@ def lbfgs_fit(config, state, rows, *, max_iter, tol, batch_size, progress=None, 
         raise ValueError("learn_inducing needs state.coincide=False: a moving inducing input "
                          "cannot share the Eye nugget with the row it started on.")
     packing = Packing(config, state, learn_inducing)
-    spent = [int(passes)]
-
-    def evaluate(vector):
-        leaf = vector.detach().requires_grad_()
-        try:
-            with torch.enable_grad():
-                built = packing.state(leaf)
-                tensors = built.tensors()
-                detached = built.with_tensors([t.detach() for t in tensors])
-                terms, gradients = objective_gradients(config, detached, rows, batch_size,
-                                                       seeds=("value",))
-                spent[0] += 2
-                value = float(terms.value)
-                pairs = [(t, g) for t, g in zip(tensors, gradients["value"]) if t.requires_grad]
-                if pairs:
-                    torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
-        except Breakdown:
-            return None
-        gradient = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        if not math.isfinite(value) or not bool(torch.isfinite(gradient).all()):
-            return None
-        return value, gradient.detach(), detached
-
+    evaluate = PackedObjective(config, packing, rows, batch_size, passes)
     history, counts = [], []
 
     def record(iteration, evaluation):
         history.append(evaluation[0])
-        counts.append(spent[0])
+        counts.append(evaluate.passes)
         if progress is not None and iteration > 0:
             progress(iteration, evaluation[0])
 
