@@ -24,6 +24,9 @@ the stopping rule, the pass count and trial points outside the domain be handled
 trial point where a matrix on the inducing inputs is not positive definite
 (:class:`~skgpx.dkp._model.Breakdown`) or the objective is not finite counts as
 ``-inf``: the search brackets it and bisects back towards the last good step.
+(``torch.optim.LBFGS`` with ``line_search_fn='strong_wolfe'`` does not: an infinite loss
+with a zero gradient makes its cubic interpolation return NaN, and the parameters become
+NaN without an error; torch 2.13.)
 """
 
 import math

@@ -155,18 +155,21 @@ def test_gradient_matches_central_differences(learn_inducing):
 # --------------------------------------- (c) reduction: Z = X reaches the full optimum
 
 
+def _full_state(rows, state, tensors=None):
+    omega, *rest = state.tensors() if tensors is None else tensors
+    n_layers = len(state.hidden_grams)
+    return DKPState(inputs=rows.X, targets=rows.Y, omega=omega, hidden_grams=rest[:n_layers],
+                    weights=rest[n_layers:2 * n_layers + 1], jitter=state.jitter)
+
+
 def _full_optimum(config, rows, state):
     """The full DKP's optimum (``_model.dkp_objective``, autograd) by scipy's L-BFGS-B on
-    the same packed vector: an independent optimiser and objective code."""
+    the same packed vector: optimiser and objective code independent of the fit."""
     packing = Packing(config, state)
 
     def loss(x):
         leaf = torch.tensor(x, dtype=DTYPE, requires_grad=True)
-        built = packing.state(leaf)
-        full = DKPState(inputs=rows.X, targets=rows.Y, omega=built.omega,
-                        hidden_grams=built.hidden_grams, weights=built.weights,
-                        jitter=built.jitter)
-        value = dkp_objective(config, full)
+        value = dkp_objective(config, _full_state(rows, packing.state(leaf)))
         value.backward()
         return -float(value.detach()), -leaf.grad.numpy()
 
@@ -174,6 +177,31 @@ def _full_optimum(config, rows, state):
         loss, packing.vector(state).numpy(), jac=True, method="L-BFGS-B",
         options=dict(maxiter=2000, ftol=1e-15, gtol=1e-10, maxcor=20))
     return -result.fun
+
+
+def _full_stationarity(config, rows, state):
+    """Scale-free gradients of the full objective in what ``config`` learns, by autograd
+    on the plain tensors (no packing): ``R^T sym(dL/dG) R`` with ``G = R R^T`` for Omega
+    and each hidden Gram, ``w dL/dw`` for learned weights, ``(sigma^2 - floor) dL/dsigma^2``."""
+    leaves = [t.detach().clone().requires_grad_() for t in state.tensors()]
+    dkp_objective(config, _full_state(rows, state, leaves)).backward()
+    n_layers = len(state.hidden_grams)
+    out = []
+    matrices = [0] * config.input_scale + list(range(1, n_layers + 1))
+    for index in matrices:
+        root = torch.linalg.cholesky(leaves[index].detach())
+        grad = leaves[index].grad
+        out.append(root.mT @ (0.5 * (grad + grad.mT)) @ root)
+    for j, weights in enumerate(leaves[1 + n_layers:2 * n_layers + 2]):
+        scaled = weights.detach() * weights.grad
+        if j == n_layers:
+            scaled = torch.stack([scaled[0], (weights[1].detach() - config.noise_floor)
+                                  * weights.grad[1]])
+            flags = [config.learn_weights, config.learn_noise]
+        else:
+            flags = [config.learn_weights] * 2
+        out.extend(v.reshape(1) for v, flag in zip(scaled, flags) if flag)
+    return max(float(t.abs().max()) for t in out)
 
 
 @pytest.mark.parametrize("n_layers, learn_weights", [
@@ -192,6 +220,9 @@ def test_reduction_fit_reaches_full_optimum(n_layers, learn_weights):
     full = _full_optimum(config, rows, state)
     assert fit.history[-1] > fit.history[0] + 1.0  # the fit moved
     assert abs(fit.history[-1] - full) <= 1e-6 * n_rows, (fit.history[-1], full)
+    # and the fit is a stationary point of the full objective in every learned quantity
+    # (checked without the packing, which a wrong packing would share with the oracle)
+    assert _full_stationarity(config, rows, fit.state) <= 1e-3  # 8 and 18 at the start
 
 
 # ----------------------------------------------------------------------- (d) ascent
@@ -313,3 +344,25 @@ def test_fit_survives_breakdowns_at_trial_points(monkeypatch):
     assert refused
     assert np.all(np.diff(fit.history) >= 0.0) and fit.history[-1] > fit.history[0] + 1.0
     assert (float(fit.state.weights[-1][0]) - middle) * (end - start) <= 0
+
+
+def test_line_search_rejects_a_stationary_step_that_descends():
+    # L = x - 3.5 x^2 + 2 x^3 from x = 0: the first trial step (t = 1) lands on x = 1, a
+    # local minimum of L (zero slope, so it meets the curvature condition) below L(0);
+    # sufficient increase must reject it and the fit must end at the local maximum 1/6
+    trials = []
+
+    def evaluate(x):
+        v = float(x[0])
+        trials.append(v)
+        return (v - 3.5 * v ** 2 + 2 * v ** 3,
+                torch.tensor([1 - 7 * v + 6 * v ** 2], dtype=DTYPE), None)
+
+    seen = []
+    (value, gradient, _), converged, _ = maximise(
+        evaluate, torch.zeros(1, dtype=DTYPE), max_iter=50, tol=None,
+        on_iteration=lambda k, e: seen.append(e[0]))
+    assert trials[1] == 1.0  # the trial that a missing Armijo test would accept
+    assert np.all(np.diff(seen) >= 0.0)
+    assert converged and abs(float(gradient[0])) <= 1e-9
+    assert value == pytest.approx(1 / 6 - 3.5 / 36 + 2 / 216, rel=1e-14)
