@@ -120,7 +120,7 @@ class Packing:
         """The vector whose :meth:`state` is ``state`` (to rounding); detached.
 
         Raises :class:`~skgpx.dkp._model.Breakdown` when a matrix of ``state`` is not
-        positive definite.
+        positive definite, and ValueError when a learned weight is not positive.
         """
         parts = []
         with torch.no_grad():
@@ -149,7 +149,13 @@ class Packing:
                 parts.append(state.inducing.reshape(-1))
         if not parts:
             return self.template.omega.new_zeros(0)
-        return torch.cat([p.to(self.template.omega.dtype) for p in parts]).detach().clone()
+        vector = torch.cat([p.to(self.template.omega.dtype) for p in parts]).detach().clone()
+        if not bool(torch.isfinite(vector).all()):
+            # a learned weight at 0 (or a non-finite entry) has no logarithm to start from
+            raise ValueError("The start of the L-BFGS fit has a learned weight that is not "
+                             "positive and finite, or a non-finite input scale or inducing "
+                             "input.")
+        return vector
 
     def state(self, vector):
         """The state at ``vector``, differentiable in it.

@@ -119,6 +119,10 @@ def test_packing_noise_floor_and_prior_mean():
     assert float(vector[:6 + 2 * m * (m + 1) // 2].abs().max()) < 1e-12
     vector[-1] = -800.0  # the raw noise: sigma^2 = floor + exp(raw)
     assert float(packing.state(vector).weights[-1][1]) == pytest.approx(1e-4, rel=1e-12)
+    # a learned weight at zero has no logarithm: refused with a clear message
+    state.weights[0] = torch.tensor([0.0, 0.5], dtype=DTYPE)
+    with pytest.raises(ValueError, match="positive"):
+        packing.vector(state)
 
 
 # --------------------------------------------------- (b) gradient of the packed objective
