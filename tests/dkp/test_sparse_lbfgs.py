@@ -250,6 +250,9 @@ def test_history_ascends_and_counts_passes():
     # the returned state is the one whose objective ends the history
     value = float(objective_value(config, fit.state, rows, 16).value)
     assert value == pytest.approx(fit.history[-1], rel=1e-12)
+    # a hand-over mid-fit (as newton_fit does) starts exactly where the first fit ended
+    again = lbfgs_fit(config, fit.state, rows, max_iter=1, tol=None, batch_size=16)
+    assert again.history[0] == pytest.approx(fit.history[-1], rel=1e-10)
 
 
 def test_tol_stops_the_fit():
