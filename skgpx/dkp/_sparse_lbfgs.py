@@ -113,7 +113,7 @@ class Packing:
     def _noise_raw(self, noise):
         floor = self.config.noise_floor
         # a noise at its floor cannot be written as floor + exp(r); start a hair above it
-        excess = torch.clamp(noise - floor, min=max(floor, 1e-300) * 1e-12)
+        excess = torch.clamp(noise - floor, min=max(floor * 1e-12, torch.finfo(noise.dtype).tiny))
         return torch.log(excess)
 
     def vector(self, state):
