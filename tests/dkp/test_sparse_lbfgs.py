@@ -373,3 +373,12 @@ def test_line_search_rejects_a_stationary_step_that_descends():
     assert np.all(np.diff(seen) >= 0.0)
     assert converged and abs(float(gradient[0])) <= 1e-9
     assert value == pytest.approx(1 / 6 - 3.5 / 36 + 2 / 216, rel=1e-14)
+
+
+def test_noise_starting_at_its_floor_can_rise():
+    config = _config(n_layers=1, noise_floor=1e-4)
+    rows = _rows(30)
+    state = _state(config, rows, 8)
+    state.weights[-1] = torch.tensor([1.2, 1e-4], dtype=DTYPE)  # at the floor
+    fit = lbfgs_fit(config, state, rows, max_iter=30, tol=None, batch_size=64)
+    assert float(fit.state.weights[-1][1]) > 1e-2  # the optimum noise is about 0.01-0.1
