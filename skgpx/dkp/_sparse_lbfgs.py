@@ -120,7 +120,8 @@ class Packing:
         return torch.log(excess)
 
     def vector(self, state):
-        """The vector whose :meth:`state` is ``state`` (to rounding); detached.
+        """The vector whose :meth:`state` is ``state`` (to rounding; a noise within
+        ``0.1 * noise_floor`` of its floor is moved to that distance); detached.
 
         Raises :class:`~skgpx.dkp._model.Breakdown` when a matrix of ``state`` is not
         positive definite, and ValueError when a learned weight is not positive.
