@@ -176,7 +176,7 @@ def uncollapsed_bound(config, state, inputs, targets, mean, root, *, blocks=None
 
 
 def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_every=1,
-             progress=None):
+             progress=None, max_seconds=None):
     """Fit by Adam on mini-batches of the uncollapsed bound.
 
     Parameters
@@ -198,6 +198,9 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
         Compute the collapsed objective (one forward pass) after every this many epochs.
     progress : callable(epoch, value) or None
         Called after each evaluation.
+    max_seconds : float or None
+        Stop after the first epoch at which the training time (evaluations excluded)
+        exceeds this; that epoch is evaluated.
 
     Returns
     -------
@@ -239,7 +242,8 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
             (-bound / n).backward()
             optimiser.step()
         trained += time.perf_counter() - tick
-        if epoch % int(evaluate_every) and epoch != int(epochs):
+        out_of_time = max_seconds is not None and trained > max_seconds
+        if epoch % int(evaluate_every) and epoch != int(epochs) and not out_of_time:
             continue
         with torch.no_grad():
             current = packing.state()
@@ -256,6 +260,8 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
         final = current
         if progress is not None:
             progress(epoch, value)
+        if out_of_time:
+            break
     if skipped:
         warnings.append(f"{skipped} mini-batch step(s) skipped (a non-PD inducing block)")
     return AdamFit(state=final, history=history, passes=passes, converged=False,
