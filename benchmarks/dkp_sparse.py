@@ -319,7 +319,7 @@ def report_fit(results, args):
     if not results:
         print("no method ran")
         return {}
-    finals = {k: max(v for _, _, v in r["trace"]) for k, r in results.items() if r["trace"]}
+    finals = {k: r["trace"][-1][2] for k, r in results.items() if r["trace"]}
     best = max(finals.values())
     target = best - 1e-4 * args.n_train
     rows, reach = [], {}
@@ -394,7 +394,7 @@ def run_predict(problem, state, args):
         mean, var = titsias_predict(problem["config"], state, factors, Xs, args.batch_size)
         std = torch.sqrt(var)
     seconds = time.perf_counter() - t0
-    finite = bool(np.all(np.isfinite(np.asarray(mean))) and np.all(np.isfinite(np.asarray(std))))
+    finite = all(bool(torch.isfinite(torch.as_tensor(v)).all()) for v in (mean, std))
     rss = peak_rss()
     print(f"  prediction on {N_PREDICT} rows with the std: {seconds:.1f} s, peak RSS "
           f"{C.fmt_bytes(rss)} (the 1e6 x 8 input alone is 64 MB; mean and std 16 MB); "
