@@ -153,16 +153,19 @@ def titsias_factors(config, state, rows, batch_size):
 def titsias_predict(config, state, factors, Xq, batch_size):
     """Predictive mean and variance (with the noise), standardised scale, in chunks."""
     blocks, LB, mean_v = factors
-    means, variances = [], []
+    # the outputs are allocated once: small long-lived pieces between the chunks'
+    # temporaries would fragment the heap and keep its memory resident
+    mean = Xq.new_empty(Xq.shape[0])
+    var = Xq.new_empty(Xq.shape[0])
     with torch.no_grad():
         for start in range(0, Xq.shape[0], batch_size):
-            cross, diag = propagate_rows(config, blocks, Xq[start:start + batch_size],
-                                         state.jitter)
+            stop = min(start + batch_size, Xq.shape[0])
+            cross, diag = propagate_rows(config, blocks, Xq[start:stop], state.jitter)
             a = cross @ blocks.whitening.mT
             b = torch.linalg.solve_triangular(LB, a.mT, upper=False)
-            means.append((a @ mean_v)[:, 0])
-            variances.append(diag - (a * a).sum(1) + (b * b).sum(0) + blocks.noise)
-    return torch.cat(means), torch.cat(variances)
+            mean[start:stop] = (a @ mean_v)[:, 0]
+            var[start:stop] = diag - (a * a).sum(1) + (b * b).sum(0) + blocks.noise
+    return mean, var
 
 
 def test_metrics(problem, state, args):
@@ -390,6 +393,7 @@ def run_predict(problem, state, args):
                "yet), chunks of --batch-size rows")
         t0 = time.perf_counter()
         Xs = problem["tensor"]((Xq - problem["x_mean"]) / problem["x_scale"])
+        del Xq
         factors = titsias_factors(problem["config"], state, problem["rows"], args.batch_size)
         mean, var = titsias_predict(problem["config"], state, factors, Xs, args.batch_size)
         std = torch.sqrt(var)
