@@ -104,3 +104,12 @@ def test_few_epochs_raise_the_collapsed_objective():
     assert fit.history[-1] > fit.history[0] + 0.05 * X.shape[0]
     final = reference_objective(config, fit.state, X, Y).value
     assert np.isclose(float(final), fit.history[-1], rtol=1e-12)
+
+
+def test_time_cap_stops_after_the_epoch_that_crosses_it():
+    config = _config()
+    X, Y, state = _problem(config)
+    rows = Rows(X, Y, torch.zeros(X.shape[0], dtype=torch.float64))
+    fit = adam_fit(config, state, rows, epochs=5, batch_size=20, lr=1e-3, seed=0,
+                   evaluate_every=3, max_seconds=0.0)
+    assert fit.passes == [0, 1] and len(fit.history) == 2 and fit.seconds[1] > 0
