@@ -47,6 +47,36 @@ def _arccos_parts(order, cosine):
     return torch.sqrt(torch.clamp(1.0 - cosine * cosine, min=0.0)) + angle_term * cosine, angle_term
 
 
+class _ArccosProfile(torch.autograd.Function):
+    """``J_n(C)`` with its analytic derivative for autograd.
+
+    Differentiating the formula of :func:`_arccos_parts` term by term gives NaN at
+    ``C = +-1`` (a Gram diagonal, or two equal rows) even where the result's gradient is
+    zero: ``d sqrt(1 - C^2)`` and ``d arccos C`` are infinite there (``inf - inf`` for
+    ``n = 1``, and ``0 * inf`` when the entry is then overwritten by the diagonal rule).
+    ``J_1'(C) = pi - arccos C`` is finite everywhere; ``J_0'(C) = 1/sqrt(1 - C^2)`` is taken
+    at the cosine clamped by :func:`_cosine_margin`, the slope that the ``M`` of
+    :func:`gram_kernel_derivatives` uses.
+    """
+
+    @staticmethod
+    def forward(ctx, cosine, order):
+        ctx.save_for_backward(cosine)
+        ctx.order = order
+        return _arccos_parts(order, cosine)[0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (cosine,) = ctx.saved_tensors
+        if ctx.order == 1:
+            slope = math.pi - torch.arccos(cosine)
+        else:
+            bound = 1.0 - _cosine_margin(cosine.dtype)
+            clamped = torch.clamp(cosine, -bound, bound)
+            slope = 1.0 / torch.sqrt(1.0 - clamped * clamped)
+        return grad * slope, None
+
+
 def gram_kernel(name, cross, row_diag, col_diag):
     """One block of ``K(G)`` from the matching block of ``G`` and the two diagonals.
 
@@ -70,7 +100,7 @@ def gram_kernel(name, cross, row_diag, col_diag):
     order = int(name[-1])
     norm = torch.sqrt(torch.clamp(row_diag[:, None] * col_diag[None, :], min=0.0))
     cosine = torch.clamp(cross / torch.clamp(norm, min=_tiny(cross.dtype)), -1.0, 1.0)
-    j_value = _arccos_parts(order, cosine)[0]
+    j_value = _ArccosProfile.apply(cosine, order)
     return j_value / math.pi if order == 0 else norm * j_value / math.pi
 
 
