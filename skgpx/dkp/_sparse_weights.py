@@ -93,7 +93,8 @@ def output_newton(statistics, weight, noise, n_targets, *, learn_weight, learn_n
             break
         if not moved or gain <= 1e-15 * (1.0 + abs(current)):
             break
-    return torch.exp(x[0]).to(weight.dtype), torch.exp(x[1]).to(noise.dtype)
+    return (torch.exp(x[0]) if learn_weight else weight,
+            torch.exp(x[1]) if learn_noise else noise)
 
 
 def hidden_weight_step(config, weights, gram, scale_matrix, gradient, nu_next, shrink):

@@ -102,3 +102,94 @@ def test_fixed_point_is_stationarity(split):
                           + q_matrix) @ inverse
     expected = (2.0 / config.nu_input) * exact[0]
     assert torch.allclose(residual, expected, rtol=0, atol=1e-9 * expected.abs().max())
+
+
+@pytest.mark.parametrize("input_scale", [True, False])
+def test_sweep_reduces_to_full_step(input_scale):
+    """S3: inducing inputs = the training rows, fixed weights: one sparse sweep (natural
+    split) equals one sweep of the full solver on every G_l and Omega (design note §2.4)."""
+    config = _config(input_scale=input_scale)
+    X, Y = _data(30)
+    state = _state(config, X, spread=0.1)
+    state.inducing_jitter = 0.0
+    full = DKPState(inputs=X, targets=Y, omega=state.omega, hidden_grams=list(state.hidden_grams),
+                    weights=[w.clone() for w in state.weights], jitter=state.jitter)
+    sweep(config, full)
+    _, grads = objective_gradients(config, state, _rows(X, Y), 7, seeds=("fit", "volume"))
+    report = []
+    new = sparse_sweep(config, state, (grads["fit"], grads["volume"]), config.mirror_reg, 1,
+                       report=report)
+    assert all(entry.get("split") != "psd" for entry in report)
+    pairs = list(zip(new.hidden_grams, full.hidden_grams)) + [(new.omega, full.omega)]
+    for ours, theirs in pairs:
+        assert (ours - theirs).abs().max() <= 1e-8 * theirs.abs().max()
+    # the step moved: equality is not the identity map
+    assert (new.hidden_grams[-1] - state.hidden_grams[-1]).abs().max() > 1e-3
+
+
+def _scaled(statistics, ratio_weight, ratio_noise):
+    """The row sums at ``(w r_w, s r_s)`` from those at ``(w, s)`` (a_t ~ sqrt(w / s))."""
+    return type(statistics)(
+        W=statistics.W * (ratio_weight / ratio_noise),
+        w=statistics.w * (math.sqrt(ratio_weight) / ratio_noise),
+        yy=statistics.yy / ratio_noise, trace=statistics.trace * (ratio_weight / ratio_noise),
+        log_noise=statistics.log_noise + statistics.n * math.log(ratio_noise), n=statistics.n)
+
+
+def test_output_newton_against_grid():
+    """S10: the 2-D Newton in (w_out, sigma^2) maximises collapsed_elbo: no point of a
+    brute-force grid is higher, the closed form equals collapsed_elbo, and the model at the
+    new weights has exactly the predicted bound."""
+    config = _config(input_scale=False)
+    X, Y = _data(60)
+    state = _state(config, X[::4] + 0.03)
+    terms = reference_objective(config, state, X, Y)
+    w0, s0 = state.weights[-1]
+    weight, noise = output_newton(terms.statistics, w0, s0, 1, learn_weight=True,
+                                  learn_noise=True, noise_floor=1e-6)
+    stats = terms.statistics
+    best = float(collapsed_elbo(_scaled(stats, weight / w0, noise / s0), 1)[0])
+    parts = _unscaled(stats, w0, s0)
+    closed = float(bound_in_output_weights(parts, stats.n, 1, torch.log(weight), torch.log(noise)))
+    assert abs(closed - best) <= 1e-10 * abs(best)
+    moved = state.copy()
+    moved.weights[-1] = torch.stack([weight, noise])
+    again = reference_objective(config, moved, X, Y)
+    assert abs(float(again.fit + again.volume) - best) <= 1e-9 * abs(best)
+    assert best > float(terms.fit + terms.volume) + 1.0  # the start was not optimal
+    for width in (3.0, 1e-2, 1e-4):
+        grid = torch.linspace(-width, width, 41, dtype=DT).exp()
+        values = torch.tensor([[float(collapsed_elbo(_scaled(stats, a * weight / w0,
+                                                              b * noise / s0), 1)[0])
+                                for b in grid] for a in grid], dtype=DT)
+        assert float(values.max()) <= best + 1e-10 * abs(best)
+    # one coordinate at a time (learn_noise=False keeps sigma^2)
+    weight_only, same = output_newton(stats, w0, s0, 1, learn_weight=True, learn_noise=False,
+                                      noise_floor=1e-6)
+    assert float(same) == float(s0)
+    grid = torch.linspace(-2, 2, 81, dtype=DT).exp()
+    line = max(float(collapsed_elbo(_scaled(stats, a, 1.0), 1)[0]) for a in grid)
+    assert float(collapsed_elbo(_scaled(stats, weight_only / w0, 1.0), 1)[0]) >= line - 1e-10
+
+
+@pytest.mark.parametrize("objective", ["dkp", "dgp", "gp"])
+def test_sweeps_ascend(objective):
+    """S10: with every block learned the accepted sweeps never lower the objective, and
+    the passes are counted (forward 1, two-seed gradient 2)."""
+    config = _config(objective=objective, input_scale=objective != "gp", learn_weights=True,
+                     learn_noise=True)
+    X, Y = _data(80)
+    state = _state(config, X[::5] + 0.03)
+    fit = newton_fit(config, state, _rows(X, Y), max_iter=12, tol=None, batch_size=32,
+                     hand_over=False)
+    history = fit.history
+    assert len(history) >= 5 and fit.solver == "newton"
+    assert all(b >= a for a, b in zip(history, history[1:]))
+    assert history[-1] > history[0] + 1.0
+    assert fit.passes[0] == 1 and all(b - a >= 3 for a, b in zip(fit.passes, fit.passes[1:]))
+    final = float(reference_objective(config, fit.state, X, Y).value)
+    assert abs(final - history[-1]) <= 1e-10 * abs(final)
+    if objective == "gp":
+        expected = prior_mean_grams(config, fit.state)
+        assert all(torch.equal(a, b) for a, b in zip(fit.state.hidden_grams, expected))
+    assert state.weights[-1][1] == 0.05  # the start is not modified
