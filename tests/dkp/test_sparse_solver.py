@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from skgpx.dkp._model import DKPConfig, DKPState, node_matrix
+from skgpx.dkp._model import DKPConfig, DKPState
 from skgpx.dkp._solver import sweep
 from skgpx.dkp._sparse_model import (
     SparseDKPState, prior_mean_grams, reference_objective,
@@ -159,9 +159,9 @@ def test_output_newton_against_grid():
     assert best > float(terms.fit + terms.volume) + 1.0  # the start was not optimal
     for width in (3.0, 1e-2, 1e-4):
         grid = torch.linspace(-width, width, 41, dtype=DT).exp()
-        values = torch.tensor([[float(collapsed_elbo(_scaled(stats, a * weight / w0,
-                                                              b * noise / s0), 1)[0])
-                                for b in grid] for a in grid], dtype=DT)
+        values = torch.tensor(
+            [[float(collapsed_elbo(_scaled(stats, a * weight / w0, b * noise / s0), 1)[0])
+              for b in grid] for a in grid], dtype=DT)
         assert float(values.max()) <= best + 1e-10 * abs(best)
     # one coordinate at a time (learn_noise=False keeps sigma^2)
     weight_only, same = output_newton(stats, w0, s0, 1, learn_weight=True, learn_noise=False,
