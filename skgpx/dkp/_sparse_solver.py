@@ -36,7 +36,9 @@ from ._sparse_model import (
     SparseFit, hidden_node, input_gram, node_grams, prior_mean_grams, prior_terms,
 )
 from ._sparse_pass import objective_gradients, objective_value
-from ._sparse_weights import hidden_weight_step, output_newton
+from ._sparse_weights import (
+    hidden_weight_step, output_newton, transport, transported_gradient,
+)
 
 __all__ = ["layer_coefficients", "newton_fit", "omega_coefficients", "psd_split",
            "sparse_sweep"]
@@ -44,6 +46,7 @@ __all__ = ["layer_coefficients", "newton_fit", "omega_coefficients", "psd_split"
 _HAND_OVER_GAIN = 1e-3  # per row: below this gain a sweep hands over to L-BFGS
 _MAX_REJECTIONS = 4
 _MEMORY = 5
+_TRANSPORT = True
 
 
 def _sym(matrix):
@@ -161,7 +164,8 @@ def _split(fit, volume, index):
     return _sym(fit[index]), -_sym(volume[index])
 
 
-def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=None):
+def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=None,
+                 weight_steps=None):
     """One Newton-like sweep from ``state`` with the stored data gradients; a new state.
 
     ``gradients = (fit, volume)``: the two seeds of
@@ -193,7 +197,12 @@ def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=No
                 return omega_coefficients(config, state, grams, q, u, n_targets)
 
             new.omega = _solve(config, lam, natural, fallback, state.omega, report)
-    if config.learn_weights and state.n_nodes > 1:
+    if weight_steps is not None and config.objective != "gp":
+        weights = [w * torch.exp(shrink * step) for w, step in zip(state.weights, weight_steps)]
+        carrier = state.copy(omega=new.omega, hidden_grams=new.hidden_grams)
+        new.hidden_grams = transport(config, carrier, new.hidden_grams, weights)
+        new.weights[:len(weights)] = weights
+    elif config.learn_weights and state.n_nodes > 1:
         _hidden_weights(config, state, new, fit, volume, shrink)
     if config.objective == "gp":
         new.hidden_grams = prior_mean_grams(config, new)
@@ -349,7 +358,7 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
     history, counts, warnings = [value], [passes], []
     lam0 = config.mirror_reg if config.mirror_reg > 0 else 1.0
     lam, shrink = config.mirror_reg, 1.0
-    anderson, converged, stalled = _Anderson(), False, False
+    anderson, converged, stalled, secant = _Anderson(), False, False, None
     for iteration in range(1, max_iter + 1):
         start_point = _pack(config, state)
         weight, noise = output_newton(
@@ -362,10 +371,14 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
         gterms, grads = objective_gradients(config, current, rows, batch_size,
                                             seeds=("fit", "volume"))
         base = float(gterms.value)
+        steps = None
+        if _TRANSPORT and config.learn_weights and config.objective != "gp" \
+                and state.n_nodes > 1:
+            steps, secant = _weight_steps(config, current, grads, secant)
         for attempt in range(_MAX_REJECTIONS + 1):
             try:
                 candidate = sparse_sweep(config, current, (grads["fit"], grads["volume"]), lam,
-                                         n_targets, shrink)
+                                         n_targets, shrink, weight_steps=steps)
                 new_value, new_terms = evaluate(candidate)
             except (Breakdown, CARESolveError, torch.linalg.LinAlgError):
                 new_value = -math.inf
@@ -405,6 +418,22 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
         warnings.append("The Newton-like sweeps stalled: no sweep raised the objective even "
                         f"with the mirror term x{4 ** _MAX_REJECTIONS}.")
     return fit
+
+
+def _weight_steps(config, state, grads, secant):
+    """Log-weight steps of the hidden nodes along :func:`transport`: gradient steps with a
+    Barzilai-Borwein length from the previous sweep's (log weights, gradient)."""
+    gradient = torch.cat(transported_gradient(config, state, grads["fit"], grads["volume"]))
+    point = torch.cat([torch.log(w) for w in state.weights[:-1]])
+    length = 0.1 / float(gradient.abs().max().clamp(min=1e-300))
+    if secant is not None:
+        moved, change = point - secant[0], secant[1] - gradient
+        curvature = float(moved @ change)
+        length = float(moved @ moved) / curvature if curvature > 0 else 2.0 * secant[2]
+        length = min(length, 10.0 * secant[2])
+    step = torch.clamp(length * gradient, -1.0, 1.0)
+    sizes = [w.numel() for w in state.weights[:-1]]
+    return list(torch.split(step, sizes)), (point, gradient, length)
 
 
 def _hand_over(config, fit, rows, max_iter, tol, batch_size, progress, passes):

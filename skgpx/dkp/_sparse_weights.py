@@ -123,3 +123,55 @@ def hidden_weight_step(config, weights, gram, scale_matrix, gradient, nu_next, s
     step = torch.linalg.pinv(fisher, hermitian=True) @ grad_log
     step = torch.clamp(step, -_MAX_LOG_STEP, _MAX_LOG_STEP) * shrink
     return weights * torch.exp(step)
+
+
+def transport(config, state, grams, weights):
+    """The hidden Grams carried to new hidden ``weights`` at fixed whitened coordinates.
+
+    ``G_l = C_{l-1} L_l L_l^T C_{l-1}^T`` with ``C_{l-1} = chol(S_{l-1})`` (the L-BFGS
+    parametrisation, design note §2.5): when the weights of ``S_{l-1}`` change, ``G_l``
+    follows its scale instead of staying put, as the prior (strong for large ``nu``) asks.
+    ``state`` supplies ``Z``, ``Omega``, the jitter and the weights ``grams`` were built
+    with.  Differentiable in ``weights``.
+    """
+    from ._sparse_model import hidden_node, input_gram
+    old_lower = new_lower = input_gram(state.inducing, state.omega)
+    out = []
+    for gram, old, new in zip(grams, state.weights[:-1], weights):
+        old_factor = torch.linalg.cholesky(hidden_node(config, old, old_lower, state.jitter))
+        new_factor = torch.linalg.cholesky(hidden_node(config, new, new_lower, state.jitter))
+        carry = torch.linalg.solve_triangular(old_factor, new_factor, upper=False,
+                                              left=False)  # C_new C_old^-1
+        moved = carry @ gram @ carry.mT
+        old_lower, new_lower = gram, 0.5 * (moved + moved.mT)
+        out.append(new_lower)
+    return out
+
+
+def transported_gradient(config, state, fit, volume):
+    """Gradient of the objective in the hidden log weights along :func:`transport`, from
+    the data gradients ``fit``, ``volume`` (order of ``state.tensors()``) and the prior."""
+    from ._sparse_model import prior_terms
+    n_hidden = len(state.hidden_grams)
+    offset = 1 + n_hidden
+    with torch.enable_grad():
+        gram_leaves = [g.detach().clone().requires_grad_() for g in state.hidden_grams]
+        weight_leaves = [w.detach().clone().requires_grad_() for w in state.weights[:-1]]
+        prior = prior_terms(config, state.copy(hidden_grams=gram_leaves,
+                                               weights=[*weight_leaves, state.weights[-1]]))
+        pulled = torch.autograd.grad(prior, gram_leaves + weight_leaves, allow_unused=True)
+        logs = [torch.log(w).detach().requires_grad_() for w in state.weights[:-1]]
+        weights = [torch.exp(u) for u in logs]
+        moved = transport(config, state, state.hidden_grams, weights)
+        total = 0.0
+        for k, gram in enumerate(moved):
+            seed = fit[1 + k] + volume[1 + k]
+            if pulled[k] is not None:
+                seed = seed + pulled[k]
+            total = total + (seed * gram).sum()
+        for j, w in enumerate(weights):
+            seed = fit[offset + j] + volume[offset + j]
+            if pulled[n_hidden + j] is not None:
+                seed = seed + pulled[n_hidden + j]
+            total = total + (seed * w).sum()
+        return [g.detach() for g in torch.autograd.grad(total, logs)]
