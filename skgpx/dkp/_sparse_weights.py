@@ -61,7 +61,7 @@ def output_newton(statistics, weight, noise, n_targets, *, learn_weight, learn_n
         return weight, noise
     parts = _unscaled(statistics, weight, noise)
     n_rows = statistics.n
-    mask = torch.tensor([learn_weight, learn_noise])
+    mask = torch.tensor([learn_weight, learn_noise], device=weight.device)
     floor = math.log(noise_floor)
     x = torch.stack([torch.log(weight), torch.log(noise)]).detach()
 

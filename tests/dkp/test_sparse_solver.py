@@ -253,3 +253,24 @@ def test_sweeps_reach_the_optimum():
                      hand_over=False)
     assert fit.history[-1] >= optimum - 1e-4 * 200
     assert fit.history[-1] <= optimum + 1e-6 * 200  # the optimum is an optimum
+
+
+def test_hand_over_to_lbfgs():
+    """solver='auto': once a sweep gains < 1e-3 per row the fit continues by L-BFGS from
+    the sweeps' state; history and passes run on across the switch."""
+    pytest.importorskip("skgpx.dkp._sparse_lbfgs")
+    config = _config(input_scale=False, nu_hidden=(20.0,))
+    X, Y = _data(100)
+    state = _state(config, X[::5] + 0.01, n_hidden=1, spread=0.0)
+    seen = []
+    fit = newton_fit(config, state, _rows(X, Y), max_iter=60, tol=1e-9, batch_size=64,
+                     progress=lambda i, v: seen.append((i, v)))
+    assert fit.solver == "lbfgs"
+    gains = [b - a for a, b in zip(fit.history, fit.history[1:])]
+    first = next(k for k, g in enumerate(gains) if g < 1e-3 * 100)
+    assert all(g >= 1e-3 * 100 for g in gains[:first])
+    assert len(fit.history) > first + 2  # L-BFGS went on after the switch
+    assert all(b >= a - 1e-9 * abs(a) for a, b in zip(fit.history, fit.history[1:]))
+    assert all(b > a for a, b in zip(fit.passes, fit.passes[1:]))
+    assert [i for i, _ in seen] == list(range(1, len(fit.history)))
+    assert [v for _, v in seen] == fit.history[1:]
