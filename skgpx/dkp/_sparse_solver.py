@@ -17,10 +17,14 @@ mirror boosts of :func:`skgpx.dkp._solver._care` as the last resort.  ``Omega`` 
 same step on ``d x d`` matrices (App. L), the output weights the exact 2-D Newton of
 :mod:`skgpx.dkp._sparse_weights`.
 
-A sweep is kept only if the objective does not decrease (else every step is re-solved
-with ``lam`` x4 from the stored gradients), then Anderson(5) extrapolation over sweeps
-is tried (kept if positive definite and not worse): the sweeps alone converge only
-linearly (design note §2.6).
+The paper's ``Omega`` CARE (coupled to ``G_2`` through ``D_1, T_1``) and App. K weight
+steps hold the Grams fixed and are block-coordinate slow; ``whitened=True`` instead moves
+``Omega`` and the hidden weights at fixed whitened Grams ``L_l`` (``G_l = C L_l L_l^T C^T``,
+``C = chol(S_{l-1})``, the L-BFGS parametrisation), where the hidden priors do not
+depend on them.  A sweep is kept only if the objective does not decrease (else every
+step is re-solved with ``lam`` x4 from the stored gradients), then Anderson(5)
+extrapolation over sweeps is tried (kept if positive definite and not worse): the sweeps
+alone converge only linearly (design note §2.6).
 """
 
 import math
@@ -38,6 +42,7 @@ from ._sparse_model import (
 from ._sparse_pass import objective_gradients, objective_value
 from ._sparse_weights import (
     hidden_weight_step, output_newton, transport, transported_gradient,
+    transported_omega_gradient,
 )
 
 __all__ = ["layer_coefficients", "newton_fit", "omega_coefficients", "psd_split",
@@ -46,7 +51,6 @@ __all__ = ["layer_coefficients", "newton_fit", "omega_coefficients", "psd_split"
 _HAND_OVER_GAIN = 1e-3  # per row: below this gain a sweep hands over to L-BFGS
 _MAX_REJECTIONS = 4
 _MEMORY = 5
-_TRANSPORT = True
 
 
 def _sym(matrix):
@@ -119,7 +123,7 @@ def layer_coefficients(config, state, layer, grams, psi_q, psi_u, n_targets):
     return coefficients
 
 
-def omega_coefficients(config, state, grams, psi_q, psi_u, n_targets):
+def omega_coefficients(config, state, grams, psi_q, psi_u, n_targets, coupled=True):
     """``lam -> (U, Q)`` of the App. L CARE of ``Omega`` (``G_2`` in ``grams`` already new)."""
     inducing, omega = state.inducing, state.omega
     dim = inducing.shape[1]
@@ -129,10 +133,11 @@ def omega_coefficients(config, state, grams, psi_q, psi_u, n_targets):
     curvature = (2.0 / nu) * psi_q
     if state.n_nodes > 1:
         nu_next = config.nu_hidden[0]
+    if state.n_nodes > 1 and coupled:
         d_matrix, t_matrix = _message_terms(config, state, 1, grams[0], grams[1], nu_next)
         fixed = fixed + (nu_next / nu / dim) * (inducing.mT @ d_matrix @ inducing)
         curvature = curvature + (nu_next / nu / dim) * (inducing.mT @ t_matrix @ inducing)
-    else:
+    elif state.n_nodes == 1:
         nu_next = float(n_targets)
     ratio = nu_next / nu
     omega_inverse = _inverse(omega, "input scale Omega")
@@ -165,13 +170,16 @@ def _split(fit, volume, index):
 
 
 def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=None,
-                 weight_steps=None):
+                 weight_steps=None, whitened=False):
     """One Newton-like sweep from ``state`` with the stored data gradients; a new state.
 
     ``gradients = (fit, volume)``: the two seeds of
     :func:`skgpx.dkp._sparse_pass.objective_gradients` at ``state`` (order of
     ``state.tensors()``).  Hidden Grams top-down, then ``Omega``, then the hidden weights
-    (a Fisher step scaled by ``shrink``).  The output weights are not touched here.
+    (``weight_steps`` in log space, else a Fisher step), scaled by ``shrink``.  With
+    ``whitened`` the ``Omega`` step is the CARE of its own prior with the data gradient
+    taken along :func:`transport`, and the Grams are carried to the new ``Omega`` and
+    weights.  The output weights are not touched here.
     """
     report = [] if report is None else report
     fit, volume = gradients
@@ -188,7 +196,18 @@ def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=No
 
             grams[layer - 1] = _solve(config, lam, natural, fallback, grams[layer - 1], report)
         new.hidden_grams = grams[1:]
-        if config.input_scale:
+        if config.input_scale and whitened and state.n_nodes > 1:
+            # the whitened step: Omega's own prior exactly, the rest through the transport
+            psi = transported_omega_gradient(config, state, fit, volume)
+            q, u = psd_split(psi, state.omega)
+            coefficients = omega_coefficients(config, state, None, q, u, n_targets,
+                                              coupled=False)
+            new.omega = _care(replace(config, mirror_reg=lam), config.alpha, coefficients,
+                              state.omega, report)
+            carrier = state.copy(hidden_grams=new.hidden_grams)
+            new.hidden_grams = transport(config, carrier, new.hidden_grams,
+                                         state.weights[:-1], omega=new.omega)
+        elif config.input_scale:
             psi_q, psi_u = _split(fit, volume, 0)
             natural = omega_coefficients(config, state, grams, psi_q, psi_u, n_targets)
 
@@ -308,7 +327,7 @@ def _unpack(config, state, vector):
 
 
 def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True,
-               progress=None):
+               progress=None, whitened=True):
     """Fit the sparse model by Newton-like sweeps with Anderson acceleration.
 
     Parameters
@@ -329,6 +348,10 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
         Continue with :func:`skgpx.dkp._sparse_lbfgs.lbfgs_fit` once a sweep gains less
         than 1e-3 per row or the sweeps stall (``solver='auto'``).
     progress : callable(iteration, value) or None
+    whitened : bool, default=True
+        Step ``Omega`` and the hidden weights in the whitened coordinates of the L-BFGS
+        parametrisation (the hidden Grams carried along, :func:`transport`); False: the
+        paper's coupled ``Omega`` CARE and Fisher steps of the weights at fixed Grams.
 
     Returns
     -------
@@ -372,13 +395,14 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
                                             seeds=("fit", "volume"))
         base = float(gterms.value)
         steps = None
-        if _TRANSPORT and config.learn_weights and config.objective != "gp" \
+        if whitened and config.learn_weights and config.objective != "gp" \
                 and state.n_nodes > 1:
             steps, secant = _weight_steps(config, current, grads, secant)
         for attempt in range(_MAX_REJECTIONS + 1):
             try:
                 candidate = sparse_sweep(config, current, (grads["fit"], grads["volume"]), lam,
-                                         n_targets, shrink, weight_steps=steps)
+                                         n_targets, shrink, weight_steps=steps,
+                                         whitened=whitened)
                 new_value, new_terms = evaluate(candidate)
             except (Breakdown, CARESolveError, torch.linalg.LinAlgError):
                 new_value = -math.inf

@@ -125,17 +125,19 @@ def hidden_weight_step(config, weights, gram, scale_matrix, gradient, nu_next, s
     return weights * torch.exp(step)
 
 
-def transport(config, state, grams, weights):
+def transport(config, state, grams, weights, omega=None):
     """The hidden Grams carried to new hidden ``weights`` at fixed whitened coordinates.
 
     ``G_l = C_{l-1} L_l L_l^T C_{l-1}^T`` with ``C_{l-1} = chol(S_{l-1})`` (the L-BFGS
     parametrisation, design note §2.5): when the weights of ``S_{l-1}`` change, ``G_l``
     follows its scale instead of staying put, as the prior (strong for large ``nu``) asks.
     ``state`` supplies ``Z``, ``Omega``, the jitter and the weights ``grams`` were built
-    with.  Differentiable in ``weights``.
+    with; ``omega`` (default: ``state.omega``) is the new input scale.  Differentiable in
+    ``weights`` and ``omega``.
     """
     from ._sparse_model import hidden_node, input_gram
-    old_lower = new_lower = input_gram(state.inducing, state.omega)
+    old_lower = input_gram(state.inducing, state.omega)
+    new_lower = old_lower if omega is None else input_gram(state.inducing, omega)
     out = []
     for gram, old, new in zip(grams, state.weights[:-1], weights):
         old_factor = torch.linalg.cholesky(hidden_node(config, old, old_lower, state.jitter))
@@ -175,3 +177,31 @@ def transported_gradient(config, state, fit, volume):
                 seed = seed + pulled[n_hidden + j]
             total = total + (seed * w).sum()
         return [g.detach() for g in torch.autograd.grad(total, logs)]
+
+
+def transported_omega_gradient(config, state, fit, volume):
+    """Gradient in ``Omega`` along :func:`transport` (the hidden Grams carried), without
+    ``Omega``'s own prior terms: the data gradient that the whitened step of ``Omega``
+    sees (the hidden priors are invariant along the transport)."""
+    from dataclasses import replace
+    from ._sparse_model import prior_terms
+    n_hidden = len(state.hidden_grams)
+    with torch.enable_grad():
+        gram_leaves = [g.detach().clone().requires_grad_() for g in state.hidden_grams]
+        omega_leaf = state.omega.detach().clone().requires_grad_()
+        coupling = prior_terms(replace(config, input_scale=False),
+                               state.copy(hidden_grams=gram_leaves, omega=omega_leaf))
+        pulled = torch.autograd.grad(coupling, gram_leaves + [omega_leaf], allow_unused=True)
+        omega = state.omega.detach().clone().requires_grad_()
+        moved = transport(config, state, state.hidden_grams, state.weights[:-1], omega=omega)
+        seed = fit[0] + volume[0]
+        if pulled[n_hidden] is not None:
+            seed = seed + pulled[n_hidden]
+        total = (seed * omega).sum()
+        for k, gram in enumerate(moved):
+            seed = fit[1 + k] + volume[1 + k]
+            if pulled[k] is not None:
+                seed = seed + pulled[k]
+            total = total + (seed * gram).sum()
+        gradient = torch.autograd.grad(total, omega)[0].detach()
+    return 0.5 * (gradient + gradient.mT)
