@@ -15,7 +15,10 @@ from skgpx.dkp._sparse_pass import objective_gradients
 from skgpx.dkp._sparse_solver import (
     layer_coefficients, newton_fit, node_grams, omega_coefficients, psd_split, sparse_sweep,
 )
-from skgpx.dkp._sparse_weights import _unscaled, bound_in_output_weights, output_newton
+from skgpx.dkp._sparse_weights import (
+    _unscaled, bound_in_output_weights, output_newton, transport, transported_gradient,
+    transported_omega_gradient,
+)
 from skgpx.pathwise._sparse import Rows, collapsed_elbo
 
 DT = torch.float64
@@ -274,3 +277,31 @@ def test_hand_over_to_lbfgs():
     assert all(b > a for a, b in zip(fit.passes, fit.passes[1:]))
     assert [i for i, _ in seen] == list(range(1, len(fit.history)))
     assert [v for _, v in seen] == fit.history[1:]
+
+
+def test_transported_gradients():
+    """The whitened steps' gradients (hidden log weights; Omega without its own prior) equal
+    autograd of the reference objective with the Grams carried by :func:`transport`."""
+    config = _config()
+    X, Y = _data(50)
+    state = _state(config, X[::4][:12] + 0.05)
+    state.coincide = False
+    _, grads = objective_gradients(config, state, _rows(X, Y), 17, seeds=("fit", "volume"))
+    logs = [torch.log(w).requires_grad_() for w in state.weights[:-1]]
+    omega = state.omega.clone().requires_grad_()
+    weights = [torch.exp(u) for u in logs]
+    moved = transport(config, state, state.hidden_grams, weights, omega=omega)
+    assert all(torch.allclose(a, b, rtol=1e-12, atol=0)
+               for a, b in zip(transport(config, state, state.hidden_grams, state.weights[:-1]),
+                               state.hidden_grams))
+    carried = state.copy(omega=omega, hidden_grams=moved, weights=[*weights, state.weights[-1]])
+    total = reference_objective(config, carried, X, Y).value
+    own = 0.5 * config.nu_input * (torch.linalg.slogdet(omega)[1] - omega.diagonal().sum())
+    exact = torch.autograd.grad(total, logs, retain_graph=True)
+    exact_omega = torch.autograd.grad(total - own, omega)[0]
+    exact_omega = 0.5 * (exact_omega + exact_omega.mT)
+    ours = transported_gradient(config, state, grads["fit"], grads["volume"])
+    for a, b in zip(ours, exact):
+        assert torch.allclose(a, b, rtol=0, atol=1e-9 * b.abs().max())
+    ours = transported_omega_gradient(config, state, grads["fit"], grads["volume"])
+    assert torch.allclose(ours, exact_omega, rtol=0, atol=1e-9 * exact_omega.abs().max())
