@@ -36,6 +36,7 @@ from ._model import Breakdown
 from ._riccati import CARESolveError, solve_care
 from ._grams import gram_kernel_derivatives
 from ._solver import Message, _care
+from ._sparse_anderson import Anderson, pack, unpack
 from ._sparse_model import (
     SparseFit, hidden_node, input_gram, node_grams, prior_mean_grams, prior_terms,
 )
@@ -50,7 +51,6 @@ __all__ = ["layer_coefficients", "newton_fit", "omega_coefficients", "psd_split"
 
 _HAND_OVER_GAIN = 1e-3  # per row: below this gain a sweep hands over to L-BFGS
 _MAX_REJECTIONS = 4
-_MEMORY = 5
 
 
 def _sym(matrix):
@@ -258,74 +258,6 @@ def _hidden_weights(config, state, new, fit, volume, shrink):
                                                 config.nu_hidden[j], shrink)
 
 
-class _Anderson:
-    """Anderson(``memory``) extrapolation of the sweep map ``x -> f(x)`` (type II)."""
-
-    def __init__(self, memory=_MEMORY):
-        self.memory = memory
-        self.points, self.residuals = [], []
-
-    def extrapolate(self, point, image):
-        residual = image - point
-        self.points = (self.points + [point])[-self.memory - 1:]
-        self.residuals = (self.residuals + [residual])[-self.memory - 1:]
-        if len(self.points) < 2:
-            return None
-        d_res = torch.stack([b - a for a, b in zip(self.residuals, self.residuals[1:])], 1)
-        d_pts = torch.stack([b - a for a, b in zip(self.points, self.points[1:])], 1)
-        # least squares through the pseudo-inverse (see _solver._fisher_step on gelsy)
-        gamma = torch.linalg.pinv(d_res) @ residual
-        return point + residual - (d_pts + d_res) @ gamma
-
-
-def _learned_weights(config, state):
-    """Per node, the mask of the learned weights (hidden: iff learn_weights)."""
-    masks = [torch.full(w.shape, config.learn_weights, dtype=torch.bool)
-             for w in state.weights[:-1]]
-    return masks + [torch.tensor([config.learn_weights, config.learn_noise])]
-
-
-def _pack(config, state):
-    parts = [] if config.objective == "gp" else [g.reshape(-1) for g in state.hidden_grams]
-    if config.input_scale:
-        parts.append(state.omega.reshape(-1))
-    for weights, mask in zip(state.weights, _learned_weights(config, state)):
-        parts.append(torch.log(weights[mask.to(weights.device)]))
-    return torch.cat(parts)
-
-
-def _unpack(config, state, vector):
-    """The state at ``vector``, or None where a matrix is not positive definite."""
-    new, start = state.copy(), 0
-
-    def take(shape):
-        nonlocal start
-        size = math.prod(shape)
-        out = vector[start:start + size].reshape(shape)
-        start += size
-        return _sym(out)
-
-    if config.objective != "gp":
-        new.hidden_grams = [take(g.shape) for g in state.hidden_grams]
-    if config.input_scale:
-        new.omega = take(state.omega.shape)
-    for j, (weights, mask) in enumerate(zip(state.weights, _learned_weights(config, state))):
-        mask = mask.to(weights.device)
-        count = int(mask.sum())
-        fresh = weights.clone()
-        fresh[mask] = torch.exp(vector[start:start + count])
-        start += count
-        new.weights[j] = fresh
-    if new.weights[-1][1] < config.noise_floor:
-        return None
-    if config.objective == "gp":
-        new.hidden_grams = prior_mean_grams(config, new)
-    for matrix in [*new.hidden_grams, new.omega]:
-        if int(torch.linalg.cholesky_ex(matrix)[1]) != 0:
-            return None
-    return new
-
-
 def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True,
                progress=None, whitened=True):
     """Fit the sparse model by Newton-like sweeps with Anderson acceleration.
@@ -381,9 +313,9 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
     history, counts, warnings = [value], [passes], []
     lam0 = config.mirror_reg if config.mirror_reg > 0 else 1.0
     lam, shrink = config.mirror_reg, 1.0
-    anderson, converged, stalled, secant = _Anderson(), False, False, None
+    anderson, converged, stalled, secant = Anderson(), False, False, None
     for iteration in range(1, max_iter + 1):
-        start_point = _pack(config, state)
+        start_point = pack(config, state)
         weight, noise = output_newton(
             terms.statistics, state.weights[-1][0], state.weights[-1][1], n_targets,
             learn_weight=config.learn_weights, learn_noise=config.learn_noise,
@@ -414,9 +346,9 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
             state, value, terms = current, base, gterms
             break
         lam, shrink = max(config.mirror_reg, lam / 2.0), min(1.0, 2.0 * shrink)
-        extrapolated = anderson.extrapolate(start_point, _pack(config, candidate))
+        extrapolated = anderson.extrapolate(start_point, pack(config, candidate))
         if extrapolated is not None:
-            trial = _unpack(config, candidate, extrapolated)
+            trial = unpack(config, candidate, extrapolated)
             if trial is not None:
                 trial_value, trial_terms = evaluate(trial)
                 if trial_value >= new_value:
