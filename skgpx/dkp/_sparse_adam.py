@@ -19,12 +19,12 @@ Its maximum over ``(mu, R)`` is the collapsed bound, reached at ``mu = L_B^-T c`
 parameters.  A mini-batch of ``b`` rows estimates the row sum without bias by scaling it
 with ``P / b``.
 
-The model's parameters use the whitened Cholesky parametrisation of the L-BFGS fallback
-(design §2.5): ``G_l = C_{l-1} L_l L_l^T C_{l-1}^T`` with ``C_{l-1} = chol(S_{l-1})``
-and ``L_l`` lower triangular with a log-diagonal (``L_l = I`` is the prior mean);
-``Omega = L_O L_O^T``; positive weights by their logarithms; ``sigma^2 = floor +
-exp(s)``.  What is learned follows :class:`skgpx.dkp._model.DKPConfig` as in the full
-solver.  The inducing inputs stay fixed.
+The model's parameters are the flat vector of
+:class:`skgpx.dkp._sparse_lbfgs.Packing`, the whitened Cholesky parametrisation of the
+L-BFGS fallback (design §2.5), as one Adam parameter; ``q(v)``'s mean and the entries of
+its lower triangular root (log-diagonal, packed as the hidden Grams' factors) are two
+more.  What is learned follows :class:`skgpx.dkp._model.DKPConfig` as in the full solver.
+The inducing inputs stay fixed.
 """
 
 import math
@@ -34,12 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from ._model import Breakdown
-from ._sparse_model import (
-    SparseFit, coincidence, hidden_node, inducing_blocks, input_gram, propagate_rows,
-)
+from ._sparse_lbfgs import Packing
+from ._sparse_model import SparseFit, coincidence, inducing_blocks, propagate_rows
 from ._sparse_pass import objective_value
 
-__all__ = ["AdamFit", "WhitenedPacking", "adam_fit", "collapsed_q", "uncollapsed_bound"]
+__all__ = ["AdamFit", "adam_fit", "collapsed_q", "uncollapsed_bound"]
 
 
 @dataclass
@@ -54,84 +53,6 @@ class AdamFit(SparseFit):
 
     evaluation_passes: int = 0
     seconds: list = None
-
-
-def _log_tril(factor):
-    """Unconstrained form of a lower triangular factor with a positive diagonal."""
-    raw = torch.tril(factor, -1)
-    return raw + torch.diag_embed(torch.log(factor.diagonal()))
-
-
-def _tril_exp(raw):
-    return torch.tril(raw, -1) + torch.diag_embed(torch.exp(raw.diagonal()))
-
-
-class WhitenedPacking:
-    """The whitened Cholesky parametrisation of a :class:`SparseDKPState` (module
-    docstring): :attr:`leaves` are the unconstrained tensors, :meth:`state` rebuilds the
-    state from them (differentiably)."""
-
-    def __init__(self, config, state):
-        self.config, self.template = config, state
-        self.learn_grams = config.objective != "gp"
-        self.learn_omega = config.input_scale
-        omega_factor = torch.linalg.cholesky(state.omega)
-        self.omega_raw = _log_tril(omega_factor) if self.learn_omega else None
-        self.hidden_raw = []
-        if self.learn_grams:
-            lower = input_gram(state.inducing, state.omega)
-            for layer, gram in enumerate(state.hidden_grams):
-                scale = hidden_node(config, state.weights[layer], lower, state.jitter)
-                factor = torch.linalg.cholesky(scale)
-                # L_l = chol(C^-1 G_l C^-T): the start state exactly, I at the prior mean
-                inner = torch.linalg.solve_triangular(factor, gram, upper=False)
-                inner = torch.linalg.solve_triangular(factor, inner.mT, upper=False)
-                self.hidden_raw.append(
-                    _log_tril(torch.linalg.cholesky(0.5 * (inner + inner.mT))))
-                lower = gram
-        self.weight_raw = ([torch.log(w) for w in state.weights[:-1]]
-                           if config.learn_weights else [])
-        w_out, noise = state.weights[-1][0], state.weights[-1][1]
-        self.out_raw = torch.log(w_out) if config.learn_weights else None
-        floor = config.noise_floor
-        excess = torch.clamp(noise - floor, min=1e-12 * max(floor, 1e-300))
-        self.noise_raw = torch.log(excess) if config.learn_noise else None
-        self.leaves = [t.detach().clone().requires_grad_() for t in self._raw()]
-
-    def _raw(self):
-        out = [] if self.omega_raw is None else [self.omega_raw]
-        out += self.hidden_raw + self.weight_raw
-        out += [t for t in (self.out_raw, self.noise_raw) if t is not None]
-        return out
-
-    def state(self, leaves=None):
-        """The :class:`SparseDKPState` at ``leaves`` (default: :attr:`leaves`)."""
-        config, base = self.config, self.template
-        cut = iter(self.leaves if leaves is None else leaves)
-        if self.learn_omega:
-            factor = _tril_exp(next(cut))
-            omega = factor @ factor.mT
-        else:
-            omega = base.omega
-        hidden_raw = [next(cut) for _ in self.hidden_raw]
-        weights = ([torch.exp(next(cut)) for _ in self.weight_raw] if self.weight_raw
-                   else list(base.weights[:-1]))
-        w_out = torch.exp(next(cut)) if self.out_raw is not None else base.weights[-1][0]
-        noise = (config.noise_floor + torch.exp(next(cut)) if self.noise_raw is not None
-                 else base.weights[-1][1])
-        weights.append(torch.stack([w_out, noise]))
-        lower = input_gram(base.inducing, omega)
-        grams = []
-        for layer in range(len(base.hidden_grams)):
-            scale = hidden_node(config, weights[layer], lower, base.jitter)
-            if self.learn_grams:
-                root = torch.linalg.cholesky(scale) @ _tril_exp(hidden_raw[layer])
-                gram = root @ root.mT
-            else:  # objective='gp': the Grams stay at their prior means
-                gram = scale
-            grams.append(gram)
-            lower = gram
-        return base.copy(omega=omega, hidden_grams=grams, weights=weights)
 
 
 def collapsed_q(statistics):
@@ -215,11 +136,13 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
     start = objective_value(config, state, rows, eval_chunk)
     history, passes, seconds = [float(start.value)], [0], [0.0]
     mean, root = collapsed_q(start.statistics)
-    packing = WhitenedPacking(config, state)
+    packing = Packing(config, state)
+    triangle = packing.gram_triangle  # m x m, as q(v)'s root
+    vector = packing.vector(state).requires_grad_()
     q_mean = mean.detach().clone().requires_grad_()
-    q_raw = _log_tril(torch.linalg.cholesky(root @ root.mT)).detach().requires_grad_()
-    leaves = packing.leaves + [q_mean, q_raw]
-    optimiser = torch.optim.Adam(leaves, lr=lr)
+    q_raw = triangle.pack(torch.linalg.cholesky(root @ root.mT)).detach().requires_grad_()
+    # Adam steps elementwise: three tensors step as one flat vector of them would
+    optimiser = torch.optim.Adam([vector, q_mean, q_raw], lr=lr)
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
     warnings, skipped, trained = [], 0, 0.0
     final = state
@@ -230,9 +153,9 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
             index = order[begin:begin + batch]
             optimiser.zero_grad(set_to_none=True)
             try:
-                current = packing.state()
+                current = packing.state(vector)
                 bound = uncollapsed_bound(config, current, X[index], Y[index], q_mean,
-                                          _tril_exp(q_raw), scale=n / index.shape[0])
+                                          triangle.unpack(q_raw), scale=n / index.shape[0])
             except (Breakdown, torch.linalg.LinAlgError):
                 skipped += 1  # a non-PD block at this step: skip the mini-batch
                 continue
@@ -246,10 +169,7 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
         if epoch % int(evaluate_every) and epoch != int(epochs) and not out_of_time:
             continue
         with torch.no_grad():
-            current = packing.state()
-        current = current.copy(omega=current.omega.detach(),
-                               hidden_grams=[g.detach() for g in current.hidden_grams],
-                               weights=[w.detach() for w in current.weights])
+            current = packing.state(vector.detach())
         try:
             value = float(objective_value(config, current, rows, eval_chunk).value)
         except (Breakdown, torch.linalg.LinAlgError):

@@ -6,7 +6,8 @@ import torch
 from sklearn.datasets import make_friedman1
 
 from skgpx.dkp._model import DKPConfig
-from skgpx.dkp._sparse_adam import WhitenedPacking, adam_fit, collapsed_q, uncollapsed_bound
+from skgpx.dkp._sparse_adam import adam_fit, collapsed_q, uncollapsed_bound
+from skgpx.dkp._sparse_lbfgs import Packing
 from skgpx.dkp._sparse_model import SparseDKPState, prior_mean_grams, reference_objective
 from skgpx.pathwise._sparse import Rows
 
@@ -75,7 +76,9 @@ def test_minibatch_estimates_are_unbiased():
 def test_packing_round_trip(objective, input_scale, skip):
     config = _config(objective, input_scale, skip)
     _, _, state = _problem(config)
-    back = WhitenedPacking(config, state).state()
+    # adam_fit's parametrisation: Packing's vector, on this module's perturbed Grams
+    packing = Packing(config, state)
+    back = packing.state(packing.vector(state))
     for a, b in zip(state.tensors(), back.tensors()):
         assert torch.allclose(a, b.detach(), rtol=1e-10, atol=1e-12)
 
