@@ -60,8 +60,9 @@ CHECKED = [
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),
     DeepKernelProcessRegressor(kernel="arccos0", objective="dgp", n_layers=1, dof=[5.0, 50.0]),
-    # the inducing-point mode (issue 34): m = 5 inducing inputs by k-means++, L-BFGS;
-    # the default solver ('auto') is checked in tests/dkp/test_sparse_estimator.py
+    # the inducing-point mode (issue 34): m = 5 inducing inputs by k-means++, with the
+    # default solver (CARE sweeps, then L-BFGS) and with L-BFGS alone
+    DeepKernelProcessRegressor(n_inducing=5),
     DeepKernelProcessRegressor(n_inducing=5, solver="lbfgs", n_layers=1),
     # the documented small-data setting (tests/_configs.py); q = 2, the scaled bound, the
     # shallow model and the Dirichlet likelihood on top

