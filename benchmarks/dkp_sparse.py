@@ -46,6 +46,7 @@ import _common as C  # noqa: I001  (first: pins the threads before numpy is impo
 import _fits as F
 
 import argparse
+import json
 import importlib
 import math
 import time
@@ -435,6 +436,9 @@ def parse_args(argv=None):
                    help="the solvers' relative tolerance (1e-9: run to the caps)")
     p.add_argument("--batch-size", type=int, default=8192, help="rows per chunk of a pass")
     p.add_argument("--out", default=None, help="write the traces and figures as JSON")
+    p.add_argument("--combine", default=None,
+                   help="comma list of --out JSON files of fit runs (one method per process, "
+                        "for clean peak RSS): report them against one L* and exit")
     args = p.parse_args(argv)
     C.check_device(p, args.device)
     args.parts = C.parse_choices(p, args.parts, ("fit", "predict"), "part")
@@ -443,8 +447,20 @@ def parse_args(argv=None):
     return args
 
 
+def combine(args):
+    """The fit table of separate runs (same --n-train and --m) against their common L*."""
+    results = {}
+    for path in args.combine.split(","):
+        with open(path) as handle:
+            for label, res in json.load(handle)["fit"]["methods"].items():
+                results[label] = {**res, "fit": None}
+    report_fit(results, args)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.combine:
+        return combine(args)
     C.print_header("dkp_sparse.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam "
                    "(issue 34)", args, device=args.device)
     torch.set_num_threads(1)
