@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks in one command: every `gpu`-marked test, then the GPU row of each family's
 # benchmark, each step bounded by its own time limit so that one slow step cannot take the
-# others down. Written for a short loan of a CUDA machine (at most 17 min 15 s of work in
+# others down. Written for a short loan of a CUDA machine (at most 21 min 15 s of work in
 # all by the limits, about 10 minutes on an H200: each benchmark cell starts a child process,
 # and its CUDA start-up costs 10-20 s there). Run it with a 10-minute budget and the last
 # steps may be cut; the new work's steps come first.
@@ -10,7 +10,7 @@
 #
 #     bash benchmarks/gpu_rows.sh [OUTDIR]      # logs in OUTDIR (benchmarks/results/gpu)
 #
-# PYTHON names the interpreter (python3). Every log ends up in OUTDIR, one per step (nine:
+# PYTHON names the interpreter (python3). Every log ends up in OUTDIR, one per step (ten:
 # tar them where only eight files come back), and the last lines of each are echoed as the step ends.
 set -u
 out=${1:-benchmarks/results/gpu}
@@ -33,7 +33,12 @@ step() {  # step NAME LIMIT_SECONDS TAIL_LINES COMMAND...
 step tests 120 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/test_show_versions.py tests/test_memory.py tests/test_krylov.py tests/test_gpu_pickles.py \
     tests/pathwise/test_functions.py tests/dkp/test_estimator.py tests/dkp/test_riccati.py \
+    tests/dkp/test_sparse_estimator.py \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
+# the inducing-point DKP (issue 34): its solvers against Adam at P = 100 000, m = 256, and the
+# 1e6-row prediction
+step dkp_sparse 240 30 "$py" benchmarks/dkp_sparse.py --device cuda --methods newton,auto,lbfgs,adam \
+    --adam-lrs 1e-2 --max-minutes 1 --max-passes 400 --parts fit,predict
 step classifier 200 40 "$py" benchmarks/pathwise_classifier.py --device cuda \
     --parts gpytorch,scale,draws --cutoff 150
 step robust 200 15 "$py" benchmarks/pathwise_robust.py --device cuda --parts scale --cutoff 180
