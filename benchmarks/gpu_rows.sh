@@ -37,7 +37,7 @@ step tests 120 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
 # the inducing-point DKP (issue 34): its solvers against Adam at P = 100 000, m = 256, and the
 # 1e6-row prediction
-step dkp_sparse 240 30 "$py" benchmarks/dkp_sparse.py --device cuda --methods newton,auto,lbfgs,adam \
+step dkp_sparse 270 30 "$py" benchmarks/dkp_sparse.py --device cuda --methods newton,auto,lbfgs,adam \
     --adam-lrs 1e-2 --max-minutes 1 --max-passes 400 --parts fit,predict
 step classifier 200 40 "$py" benchmarks/pathwise_classifier.py --device cuda \
     --parts gpytorch,scale,draws --cutoff 150
