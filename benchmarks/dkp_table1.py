@@ -495,8 +495,9 @@ def parse_args(argv=None):
                    help="solver sweeps per DKP fit (10: the seed's Table 1 protocol)")
     p.add_argument("--m-sparse", type=int, default=128,
                    help="inducing inputs of the dkp-sparse method (128)")
-    p.add_argument("--sparse-max-iter", type=int, default=10,
-                   help="max_iter of the dkp-sparse fits (10, as the full DKP's sweeps)")
+    p.add_argument("--sparse-max-iter", type=int, default=200,
+                   help="max_iter of the dkp-sparse fits (200, the estimator's sparse default: "
+                        "L-BFGS iterations, about two passes each)")
     p.add_argument("--sk-restarts", type=int, default=0,
                    help="n_restarts_optimizer of the sklearn ARD GP (0)")
     p.add_argument("--json", default=None,
