@@ -9,6 +9,7 @@ breakdown as the exact mode does, and the prediction factors of
 ``O(L m^2 + m d)`` whatever the number of rows.
 """
 
+import time
 import warnings
 
 import numpy as np
@@ -23,6 +24,9 @@ from ._sparse_model import SparseDKPState, node_grams, prior_mean_grams
 from ._sparse_predict import sparse_prediction_cache
 
 __all__ = ["fit_sparse", "inducing_spec"]
+
+# a fit projected to take longer than this warns once, with the estimate
+_LONG_FIT_SECONDS = 60.0
 
 
 def inducing_spec(estimator, X):
@@ -102,6 +106,26 @@ def _solve(estimator, config, state, rows, batch_size, progress):
     return newton_fit(config, state, rows, hand_over=estimator.solver == "auto", **keywords)
 
 
+def _warn_if_long(estimator, clock, iteration, n_rows, n_inducing):
+    """After the first iteration, project the fit's time from it and warn once if long.
+
+    Every iteration (a sweep or an L-BFGS step) costs a few passes over the rows, so the
+    first one, with the start's evaluation, is a fair unit; ``tol`` may stop it sooner.
+    """
+    if clock["warned"] or iteration != 1:
+        return
+    clock["warned"] = True
+    elapsed = time.perf_counter() - clock["start"]
+    total = elapsed * sparse_max_iter(estimator)
+    if total > _LONG_FIT_SECONDS:
+        warnings.warn(
+            f"This sparse fit ({n_rows} rows, {n_inducing} inducing inputs) may take about "
+            f"{total / 60:.0f} minutes for max_iter={sparse_max_iter(estimator)} iterations "
+            f"(the first took {elapsed:.1f} s). Faster: fewer inducing inputs (the pass costs "
+            "grow as m^2), a tol to stop at convergence, a smaller max_iter, or a GPU "
+            "(device='cuda'); verbose=1 shows the progress.", UserWarning, stacklevel=4)
+
+
 def fit_sparse(estimator, config, spec, X, inputs, targets, scaling, device, dtype):
     """Fit the sparse model on standardised rows and store the sparse-only attributes.
 
@@ -136,7 +160,10 @@ def fit_sparse(estimator, config, spec, X, inputs, targets, scaling, device, dty
     jitter, raises = float(estimator.jitter), 0
     with progress_bar(estimator.verbose, "DeepKernelProcessRegressor (sparse)",
                       sparse_max_iter(estimator)) as bar:
+        clock = {"start": time.perf_counter(), "warned": False}
+
         def progress(iteration, value):
+            _warn_if_long(estimator, clock, iteration, inputs.shape[0], inducing.shape[0])
             bar.update()
             bar.set_postfix(objective=f"{value:.6g}")
             if estimator.verbose >= 2:
