@@ -1,6 +1,7 @@
 """The inducing-point DKP's solvers against each other and against Adam (issue 34).
 
-Design note §3.2.  Data: ``make_friedman1(n_samples=n_train + 10000, n_features=8,
+It measures the convergence figures of ``doc/design_notes.rst``, "Inducing-point deep kernel
+process".  Data: ``make_friedman1(n_samples=n_train + 10000, n_features=8,
 noise=0.5, random_state=0)``; the first ``n_train`` rows train, the last 10 000 test.
 X and y are standardised with the training part's mean and std (as the estimator does).
 One thread, float64, ``kernel='sqexp'``, ``n_layers=2``, the estimator's default ``dof``

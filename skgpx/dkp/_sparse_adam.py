@@ -1,7 +1,7 @@
 """Adam on mini-batches for the sparse deep kernel process (a benchmark baseline).
 
 Not a public solver: ``benchmarks/dkp_sparse.py`` runs it against the Newton-like sweeps
-and L-BFGS (design note of issue 34, §2.5 and §3.2).
+and L-BFGS (``doc/design_notes.rst``, "Inducing-point deep kernel process", last bullet).
 
 The collapsed bound of :mod:`skgpx.dkp._sparse_model` is not a sum over rows, so a
 mini-batch method optimises the *uncollapsed* bound instead.  It keeps
@@ -21,9 +21,10 @@ with ``P / b``.
 
 The model's parameters are the flat vector of
 :class:`skgpx.dkp._sparse_lbfgs.Packing`, the whitened Cholesky parametrisation of the
-L-BFGS fallback (design §2.5), as one Adam parameter; ``q(v)``'s mean and the entries of
-its lower triangular root (log-diagonal, packed as the hidden Grams' factors) are two
-more.  What is learned follows :class:`skgpx.dkp._model.DKPConfig` as in the full solver.
+L-BFGS fallback (:mod:`skgpx.dkp._sparse_lbfgs`), as one Adam parameter; ``q(v)``'s
+mean and the entries of its lower triangular root (log-diagonal, packed as the hidden
+Grams' factors) are two more.  What is learned follows
+:class:`skgpx.dkp._model.DKPConfig` as in the full solver.
 The inducing inputs stay fixed.
 """
 

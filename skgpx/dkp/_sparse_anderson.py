@@ -1,9 +1,10 @@
 """Anderson extrapolation over the sweeps of the sparse Newton-like solver.
 
 The sweep is a fixed-point map ``x -> f(x)`` on the stacked learned parameters (hidden
-Grams, ``Omega``, log weights).  It converges only linearly (design note §2.6); Anderson's
-type-II extrapolation over the last ``memory`` sweeps, used only when positive definite and
-not worse than the plain sweep, is what made the full DKP's sweeps reach L-BFGS's optimum.
+Grams, ``Omega``, log weights).  It converges only linearly (``doc/design_notes.rst``,
+"Inducing-point deep kernel process", the convergence figures); Anderson's type-II
+extrapolation over the last ``memory`` sweeps, used only when positive definite and not
+worse than the plain sweep, is what made the full DKP's sweeps reach L-BFGS's optimum.
 """
 
 import math

@@ -1,7 +1,8 @@
 """L-BFGS fit of the sparse deep kernel process on a whitened Cholesky parametrisation.
 
-The fallback solver of the inducing-point DKP (design note of issue 34, §2.5).  Every
-learned quantity lives in one flat vector:
+The fallback solver of the inducing-point DKP, and the tail of ``solver='auto'``
+(``doc/design_notes.rst``, "Inducing-point deep kernel process": why the CARE sweeps hand
+over to it).  Every learned quantity lives in one flat vector:
 
 * hidden Grams ``G_l = C_{l-1} L_l L_l^T C_{l-1}^T`` with ``C_{l-1} = chol(S_{l-1})``
   taken *inside* the map from the lower layers, ``L_l`` lower triangular with its diagonal

@@ -1,9 +1,9 @@
 """The inducing-point deep kernel process: state, inducing blocks, rows, objective.
 
-Sparse mode of the deep Wishart process point solver (``../shared/spec/dkp.md`` §15; the
-design note of issue 34).  Each hidden layer keeps its Gram matrix on ``m`` inducing inputs
-``Z`` only, ``G_l`` (m x m), with the prior terms of Aitchison (arXiv:2108.13097, Sec. 2.1)
-written on those blocks::
+Sparse mode of the deep Wishart process point solver (``../shared/spec/dkp.md`` §15;
+``doc/design_notes.rst``, "Inducing-point deep kernel process").  Each hidden layer keeps
+its Gram matrix on ``m`` inducing inputs ``Z`` only, ``G_l`` (m x m), with the prior terms
+of Aitchison (arXiv:2108.13097, Sec. 2.1) written on those blocks::
 
     L = nu_1/2 (a log|Omega| - Tr Omega + d)                                   [input_scale]
       + sum_{l=2..L} nu_l/2 (a log|G_l| - log|S_{l-1}| - Tr(S_{l-1}^-1 G_l) + m)

@@ -14,7 +14,8 @@ Interface (frozen for the solvers):
 ``rows`` is a :class:`skgpx.pathwise._sparse.Rows` (``X`` standardised, ``Y`` standardised,
 ``alpha`` unused) or anything with its ``map_sum``.
 
-How the gradient is collected (design note of issue 34, §2.1).  The data term ``F`` depends
+How the gradient is collected (``doc/design_notes.rst``, "Inducing-point deep kernel
+process", two-pass gradient).  The data term ``F`` depends
 on the rows only through the row sums ``s = (W, w, yy, tr, log_noise)`` of
 :func:`skgpx.dkp._sparse_model.row_statistics`, and the rows depend on the state only
 through the ``m x m`` :class:`InducingBlocks` ``B``.  Pass A sums ``s`` chunk by chunk with

@@ -1,7 +1,8 @@
 """The paper's Newton-like (CARE) sweep carried to the inducing Grams (issue 34).
 
-Design note §2.2-2.3.  For hidden layer ``l`` with ``G~ = G_l`` held as the expansion
-point, ``S_{l-1}`` fixed, ``D_l, T_l`` the prior coupling to the layer above
+``doc/design_notes.rst``, "Inducing-point deep kernel process" (gradient in ``G_l``, what
+stays a CARE and what does not).  For hidden layer ``l`` with ``G~ = G_l`` held as the
+expansion point, ``S_{l-1}`` fixed, ``D_l, T_l`` the prior coupling to the layer above
 (:meth:`skgpx.dkp._solver.Message.terms` on the ``m x m`` blocks, from the new
 ``G_{l+1}``) and the data gradient split ``Psi_l = Psi^Q - Psi^U``::
 
@@ -24,7 +25,7 @@ steps hold the Grams fixed and are block-coordinate slow; ``whitened=True`` inst
 depend on them.  A sweep is kept only if the objective does not decrease (else every
 step is re-solved with ``lam`` x4 from the stored gradients), then Anderson(5)
 extrapolation over sweeps is tried (kept if positive definite and not worse): the sweeps
-alone converge only linearly (design note §2.6).
+alone converge only linearly (the convergence figures of the same section).
 """
 
 import math

@@ -1,4 +1,5 @@
-"""Weight steps of the sparse Newton-like solver (issue 34, design note §2.3).
+"""Weight steps of the sparse Newton-like solver (issue 34; ``doc/design_notes.rst``,
+"Inducing-point deep kernel process", what does not stay a CARE).
 
 * The output weight ``w_out`` and the noise ``sigma^2`` enter the collapsed bound only
   through its row sums, and scale them exactly (``a_t = L_u^-1 k_t / sigma`` is
@@ -13,7 +14,7 @@
   pass over the rows.
 * Hidden weights: a Fisher step in log weights (App. K's metric on the prior block) with
   the gradient of prior and data (the local App. K step is no longer a block maximiser
-  once the weights reach the rows, design note §2.2(d)).
+  once the weights reach the rows: the design note above, same bullet).
 """
 
 import math
@@ -129,8 +130,9 @@ def transport(config, state, grams, weights, omega=None):
     """The hidden Grams carried to new hidden ``weights`` at fixed whitened coordinates.
 
     ``G_l = C_{l-1} L_l L_l^T C_{l-1}^T`` with ``C_{l-1} = chol(S_{l-1})`` (the L-BFGS
-    parametrisation, design note §2.5): when the weights of ``S_{l-1}`` change, ``G_l``
-    follows its scale instead of staying put, as the prior (strong for large ``nu``) asks.
+    parametrisation of :mod:`skgpx.dkp._sparse_lbfgs`): when the weights of ``S_{l-1}``
+    change, ``G_l`` follows its scale instead of staying put, as the prior (strong for
+    large ``nu``) asks.
     ``state`` supplies ``Z``, ``Omega``, the jitter and the weights ``grams`` were built
     with; ``omega`` (default: ``state.omega``) is the new input scale.  Differentiable in
     ``weights`` and ``omega``.

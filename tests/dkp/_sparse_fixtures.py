@@ -1,8 +1,9 @@
 """Small problems for the sparse deep kernel process tests (issue 34).
 
 Random positive-definite Grams around the prior mean (``S + B B^T``, ``B ~ 0.05``), as the
-reduction study of the design note: far enough from the prior that every term of the
-objective matters, near enough that every matrix is well conditioned.
+reduction study behind doc/design_notes.rst, "Inducing-point deep kernel process": far
+enough from the prior that every term of the objective matters, near enough that every
+matrix is well conditioned.
 """
 
 import torch

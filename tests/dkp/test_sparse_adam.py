@@ -1,4 +1,4 @@
-"""The Adam baseline of the sparse DKP (skgpx/dkp/_sparse_adam.py; design §2.5)."""
+"""The Adam baseline of the sparse DKP (skgpx/dkp/_sparse_adam.py)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""The sparse DKP's L-BFGS fit (design note of issue 34, §2.5; oracles S4, S7, S10)."""
+"""The sparse DKP's L-BFGS fit (oracles S4, S7, S10; doc/design_notes.rst, "Inducing-point
+deep kernel process")."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""The sparse DKP objective against independent oracles (design note of issue 34, §3.1).
+"""The sparse DKP objective against independent oracles (issue 34; doc/design_notes.rst,
+"Inducing-point deep kernel process", objective and shared nugget).
 
 S1/S2: with the training rows as inducing inputs (shared nugget) the sparse objective and
 its chunked gradients equal the full :func:`dkp_objective` and its autograd gradients.

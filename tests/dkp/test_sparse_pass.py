@@ -1,4 +1,5 @@
-"""The chunked two-pass value and gradients of the sparse DKP (design note of issue 34).
+"""The chunked two-pass value and gradients of the sparse DKP (issue 34; doc/design_notes.rst,
+"Inducing-point deep kernel process", two-pass gradient).
 
 S5: the passes equal autograd through the unchunked reference objective, for every seed
 and chunk size, with inducing inputs that are partly training rows (the shared nugget).

@@ -1,5 +1,6 @@
 """The sparse Newton-like (CARE) solver: fixed point, reduction to the full step, ascent,
-the output-weight Newton and convergence (issue 34, design note §2.2-2.6)."""
+the output-weight Newton and convergence (issue 34; doc/design_notes.rst, "Inducing-point
+deep kernel process", from the gradient in G_l to the convergence figures)."""
 
 import math
 
@@ -110,7 +111,8 @@ def test_fixed_point_is_stationarity(split):
 @pytest.mark.parametrize("input_scale", [True, False])
 def test_sweep_reduces_to_full_step(input_scale):
     """S3: inducing inputs = the training rows, fixed weights: one sparse sweep (natural
-    split) equals one sweep of the full solver on every G_l and Omega (design note §2.4)."""
+    split) equals one sweep of the full solver on every G_l and Omega (doc/design_notes.rst,
+    "Inducing-point deep kernel process", what stays a CARE)."""
     config = _config(input_scale=input_scale)
     X, Y = _data(30)
     state = _state(config, X, spread=0.1)
@@ -243,7 +245,8 @@ def test_sweeps_reach_the_optimum():
     """Convergence: one hidden layer, P = 200, m = 20, from the prior mean: the sweeps
     (Anderson, no hand-over) reach a long L-BFGS optimum within 1e-4 per row in 60 sweeps
     (seen: 1e-3/row at sweep 21, 1e-4/row at sweep 38, 7.6e-10/row at sweep 100).  With two
-    coupled layers the sweeps are only linearly convergent (design note §2.6): 0.0036/row
+    coupled layers the sweeps are only linearly convergent (doc/design_notes.rst,
+    "Inducing-point deep kernel process", convergence): 0.0036/row
     short after 100 sweeps at nu = 20, which is why solver='auto' hands over to L-BFGS."""
     config = _config(input_scale=False, nu_hidden=(20.0,))
     X, Y = _data(200)
