@@ -14,10 +14,13 @@ Options, as ``make`` targets or on the ``sphinx-build`` command line:
   set), for a complete site at a fraction of the full examples' cost.
 
 The build never reads the network: intersphinx uses the inventories in ``_intersphinx/``
-(see ``_intersphinx/make_inventories.py``).
+(see ``_intersphinx/make_inventories.py``).  Nor do the pages it writes: the equations are
+typeset by a copy of MathJax in ``_static/mathjax`` (see "maths, offline" below), and no
+page loads a script from another site.
 """
 import inspect
 import os
+from importlib.metadata import PackageNotFoundError, distribution
 from importlib.metadata import version as _version
 from pathlib import Path
 
@@ -45,7 +48,10 @@ extensions = [
 
 root_doc = "index"
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "_intersphinx", "Thumbs.db", ".DS_Store"]
+# sg_execution_times.rst: pages that builds of older settings left behind (see
+# "write_computation_times" below) are not built
+exclude_patterns = ["_build", "_intersphinx", "Thumbs.db", ".DS_Store",
+                    "sg_execution_times.rst", "**/sg_execution_times.rst"]
 # `text` in single backquotes is code, as in scikit-learn's docstrings
 default_role = "literal"
 
@@ -83,6 +89,32 @@ intersphinx_mapping = {
     "python": ("https://docs.python.org/3/", str(_INV / "python.inv")),
 }
 
+# -- maths, offline -----------------------------------------------------------------------
+# sphinx.ext.mathjax writes the equations as TeX and, by default, has every page load
+# MathJax from a CDN: opened without a network, the pages show raw LaTeX.  The package
+# sphinx-mathjax-offline (in the "docs" extra) ships MathJax 3.2.2 with its fonts and TeX
+# extensions; its folder is one more static path, so the build copies it to
+# _static/mathjax and every page with maths loads it from there.  The package is used as
+# files, not as a Sphinx extension: as an extension it declares no parallel safety, which
+# under -W turns `make docs SPHINXOPTS="-j 2"` into an error.
+_MATHJAX_DIST = "sphinx-mathjax-offline"
+try:
+    _MATHJAX_STATIC = Path(distribution(_MATHJAX_DIST).locate_file(f"{_MATHJAX_DIST}/static"))
+except PackageNotFoundError:
+    raise RuntimeError(
+        f"The documentation typesets its equations with the MathJax of the package "
+        f"{_MATHJAX_DIST!r}, which is not installed: install the documentation tools with "
+        f"`pip install -e '.[docs]'` (or `make install`)."
+    ) from None
+if not (_MATHJAX_STATIC / "mathjax" / "tex-chtml.js").is_file():
+    raise RuntimeError(
+        f"{_MATHJAX_DIST!r} is installed but has no mathjax/tex-chtml.js in "
+        f"{_MATHJAX_STATIC}: this configuration expects the layout of its version 0.0.2."
+    )
+# relative to html_static_path: the page links _static/mathjax/tex-chtml.js, and MathJax
+# finds its fonts and extensions beside that file
+mathjax_path = "mathjax/tex-chtml.js"
+
 # -- sphinx-gallery ------------------------------------------------------------------------
 sphinx_gallery_conf = {
     "examples_dirs": str(HERE.parent / "examples"),
@@ -97,12 +129,16 @@ sphinx_gallery_conf = {
     "doc_module": ("skgpx",),
     "backreferences_dir": "generated/backreferences",
     "remove_config_comments": True,
+    # no page of execution times: sphinx-gallery's table loads jQuery and DataTables from
+    # CDNs, and the site loads no remote script (the times are in the build's log, and on
+    # each example's page)
+    "write_computation_times": False,
 }
 
 # -- HTML ----------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = f"skgpx {release}"
-html_static_path = ["_static"]
+html_static_path = ["_static", str(_MATHJAX_STATIC)]
 html_css_files = ["skgpx.css"]
 html_show_sourcelink = False
 html_theme_options = {

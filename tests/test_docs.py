@@ -1,4 +1,5 @@
-"""The documentation builds with warnings as errors and has the pages it promises.
+"""The documentation builds with warnings as errors, has the pages it promises, and shows
+them without a network (its equations typeset by a MathJax that ships with the pages).
 
 One build of a copy of ``doc/`` and ``examples/`` (the build writes generated pages into its
 source folder, so the working tree is left alone) is shared by the checks of the module.  It
@@ -7,12 +8,15 @@ that runs every example, on its small settings, is marked ``slow``.
 """
 import importlib
 import os
+import posixpath
 import re
 import shutil
 import subprocess
 import sys
 import zlib
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -164,3 +168,126 @@ def test_gallery_figures(tmp_path):
         assert images, f"{stem}: no figure"
         for image in images:
             assert (html / "auto_examples" / image).resolve().is_file(), image
+    # what the examples printed and drew is on the pages, and still nothing is remote
+    assert not _remote_loads(_page_assets(html))
+
+
+# -- the pages need no network ----------------------------------------------------------------
+# pages whose equations the tests below must see typeset by the local MathJax: the guide and
+# design notes are where the maths is explained
+MATHS_PAGES = ("guide/pathwise.html", "guide/pathwise_classifier.html", "design_notes.html",
+               "large_data.html")
+MATHJAX = "_static/mathjax/tex-chtml.js"
+
+
+class _PageAssets(HTMLParser):
+    """What a page loads (scripts, stylesheets, frames, ...) and whether it has maths."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.loads = []          # (tag, url) of every resource the page fetches itself
+        self.inline_scripts = []
+        self.maths = 0           # elements that sphinx.ext.mathjax wrote as TeX
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script":
+            if attrs.get("src"):
+                self.loads.append((tag, attrs["src"]))
+            else:
+                self._in_script = True
+                self.inline_scripts.append("")
+        elif tag == "link" and attrs.get("href") and (
+                set((attrs.get("rel") or "").split())
+                & {"stylesheet", "preload", "modulepreload", "prefetch", "icon"}):
+            self.loads.append((tag, attrs["href"]))
+        elif tag in ("iframe", "embed") and attrs.get("src"):
+            self.loads.append((tag, attrs["src"]))
+        if tag in ("span", "div") and "math" in (attrs.get("class") or "").split():
+            self.maths += 1
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.inline_scripts[-1] += data
+
+
+def _is_remote(url):
+    # http(s)://, protocol-relative //host/..., or any other scheme but data:
+    parts = urlsplit(url)
+    return bool(parts.netloc) or parts.scheme not in ("", "data")
+
+
+def _page_assets(html):
+    """{page path relative to the build: its _PageAssets}, for every page of the build."""
+    pages = {}
+    for path in sorted(html.rglob("*.html")):
+        page = path.relative_to(html).as_posix()
+        if page.startswith("_static/"):
+            continue        # theme macros copied as static files, not pages
+        parser = _PageAssets()
+        parser.feed(path.read_text(encoding="utf-8"))
+        pages[page] = parser
+    return pages
+
+
+@pytest.fixture(scope="module")
+def assets(html):
+    return _page_assets(html)
+
+
+def _remote_loads(assets):
+    return sorted({(page, tag, url) for page, found in assets.items()
+                   for tag, url in found.loads if _is_remote(url)})
+
+
+def _resolve(page, url):
+    """The file of the build that ``url``, linked from ``page``, points to."""
+    return posixpath.normpath(posixpath.join(posixpath.dirname(page), urlsplit(url).path))
+
+
+def test_no_page_loads_anything_from_another_site(html, assets):
+    assert len(assets) > 50, sorted(assets)
+    remote = _remote_loads(assets)
+    assert not remote, f"{len(remote)} remote loads, e.g. {remote[:5]}"
+    # and what a page loads is in the build
+    missing = sorted({(page, url) for page, found in assets.items() for _, url in found.loads
+                      if not url.startswith("data:")
+                      and not (html / _resolve(page, url)).is_file()})
+    assert not missing, missing[:10]
+    # nor does an inline script name another site (a MathJax configuration, a loader)
+    fetching = sorted({page for page, found in assets.items() for body in found.inline_scripts
+                       if re.search(r"(https?:)?//[\w.-]+\.\w+/", body)})
+    assert not fetching, fetching
+
+
+def test_every_page_with_maths_loads_the_local_mathjax(html, assets):
+    with_maths = {page for page, found in assets.items() if found.maths}
+    assert set(MATHS_PAGES) <= with_maths, sorted(with_maths)
+    for page in sorted(with_maths):
+        scripts = [_resolve(page, url) for tag, url in assets[page].loads if tag == "script"]
+        assert MATHJAX in scripts, (page, scripts)
+    assert (html / MATHJAX).is_file()
+
+
+def test_the_local_mathjax_has_its_fonts_and_extensions(html):
+    # MathJax finds its components beside its own script and the CHTML fonts in
+    # output/chtml/fonts/woff-v2 below it; every font the script names is in the build
+    assert (html / MATHJAX).is_file()
+    root = (html / MATHJAX).parent
+    script = (html / MATHJAX).read_text(encoding="utf-8")
+    assert "document.currentScript" in script
+    assert re.search(r'resolvePath\("output/chtml/fonts/woff-v2"', script)
+    fonts = set(re.findall(r"MathJax_[A-Za-z0-9-]+\.woff", script))
+    assert len(fonts) > 10, fonts
+    missing = sorted(name for name in fonts
+                     if not (root / "output" / "chtml" / "fonts" / "woff-v2" / name).is_file())
+    assert not missing, missing
+    # the TeX packages that MathJax loads on first use of one of their macros (\cancel,
+    # \boldsymbol, ...) or on \require
+    for extension in ("autoload", "require", "cancel", "boldsymbol", "mathtools"):
+        assert (root / "input" / "tex" / "extensions" / f"{extension}.js").is_file(), extension
