@@ -27,6 +27,11 @@ from ._laplace_fit import LaplaceProblems, optimise, restart_thetas
 from ._laplace_views import LaplaceBinaryView, LaplaceEnsembleView, ovo_scores, select_problems
 
 
+def _copy(tensor):
+    """A float64 numpy copy that shares no memory with the fitted tensor."""
+    return np.array(to_numpy(tensor), dtype=np.float64, copy=True)
+
+
 def problem_groups(codes, n_classes, multi_class):
     """Binary problems as ``(rows, [labels...])`` groups sharing their rows."""
     if n_classes == 2:
@@ -137,11 +142,35 @@ class LaplaceMode(Mode):
         if self.multi_class == "one_vs_rest":
             views = [LaplaceBinaryView(est, c, [0, 1]) for c in range(self.n_classes)]
         else:
-            n = self.n_classes
-            pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-            views = [LaplaceBinaryView(est, k, classes[list(pair)])
-                     for k, pair in enumerate(pairs)]
+            # OneVsOneClassifier encodes each pair's labels 0 (first class) and 1
+            n_pairs = self.n_classes * (self.n_classes - 1) // 2
+            views = [LaplaceBinaryView(est, k, [0, 1]) for k in range(n_pairs)]
         return LaplaceEnsembleView(self.multi_class, views, classes)
+
+    def problem_state(self, problem, name):
+        """One binary problem's fitted state as scikit-learn's binary Laplace estimator
+        holds it (``name``: ``X_train_``, ``y_train_``, ``pi_``, ``W_sr_`` or ``L_``),
+        a float64 numpy copy (the objects themselves for structured inputs)."""
+        offset = 0
+        for X_g, Y_g, mode in self.groups:
+            if problem < offset + Y_g.shape[0]:
+                local = problem - offset
+                break
+            offset += Y_g.shape[0]
+        else:
+            raise IndexError(problem)
+        if name == "X_train_":
+            return X_g.values.copy() if isinstance(X_g, ObjectRows) else _copy(X_g)
+        y = _copy(Y_g[local])
+        if name == "y_train_":
+            return y.astype(np.int64)
+        if name == "pi_":
+            # g = y - pi at the last step's latent values (logit); the probit link keeps
+            # no such pi: its probability at the mode
+            if self.link == "logit":
+                return y - to_numpy(mode.g[local])
+            return _copy(torch.special.ndtr(mode.f[local]))
+        return _copy({"W_sr_": mode.W_sr, "L_": mode.L}[name][local])
 
     # ------------------------------------------------------------ prediction
 
