@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
     Interval, StrOptions, TorchEstimatorMixin, check_magnitude, check_n_samples,
-    encode_classes, to_numpy,
+    encode_classes, prediction_generator, to_numpy,
 )
 from .._dask import dask_class_labels, dask_summaries, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel
@@ -110,7 +110,8 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         ``"sincos"``).
     feature_map : {"sincos", "cosine"}, default="sincos"
     jitter : float, default=1e-8
-        Sparse mode: relative jitter of ``K_zz`` (escalated tenfold on failure).
+        Sparse mode: relative jitter of ``K_zz`` (escalated tenfold on failure).  Exact
+        mode: the relative jitter of the exact latent draws of :meth:`sample_y`.
     batch_size : int, default=8192
         Rows per chunk in prediction and in the sparse mode's passes.
     device : str, default="auto"
@@ -492,11 +493,24 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         -------
         proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
             The layout of ``DeepQEPClassifier.sample_y``.
+
+        Notes
+        -----
+        The latent draws are :meth:`sample_functions` evaluated at X, or, in exact mode
+        with a kernel that has no random-feature map (``ExpSineSquared``,
+        ``PairwiseKernel``, kernels on structured inputs, ...), exact joint draws at X
+        from each problem's Laplace posterior there (its mean and the Cholesky factor of
+        its covariance, with ``jitter`` relative to the prior variance).
         """
         check_is_fitted(self)
         Xq = self._query(X)
-        functions = self.sample_functions(n_samples, random_state)
-        return to_numpy(self._mode.draw_probabilities(functions(Xq)))
+        if isinstance(self._mode, LaplaceMode) and self._mode.without_random_features():
+            f = self._mode.draw_at_queries(Xq, check_n_samples(n_samples, minimum=1),
+                                           prediction_generator(self, random_state),
+                                           self.jitter)
+        else:
+            f = self.sample_functions(n_samples, random_state)(Xq)
+        return to_numpy(self._mode.draw_probabilities(f))
 
     # ------------------------------------------------------------ likelihood
 

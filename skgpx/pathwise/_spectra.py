@@ -117,10 +117,10 @@ def spectral_terms(kernel):
 
 _NO_FEATURES_ADVICE = (
     "functions that can be evaluated anywhere (sample_functions) need them.  Draw at "
-    "given rows with sample_y(X) instead: with the default prior='rff' it falls back to "
-    "exact joint draws at X when the kernel has no random-feature map (prior='exact' "
-    "draws exactly too), or build the kernel from RBF, Matern, RationalQuadratic, "
-    "DotProduct and ConstantKernel terms (sums and products), which have one."
+    "given rows with sample_y(X) instead, which draws exactly and jointly at X for such "
+    "kernels (PathwiseGPSampler: with the default prior='rff' as with prior='exact'), "
+    "or build the kernel from RBF, Matern, RationalQuadratic, DotProduct and "
+    "ConstantKernel terms (sums and products), which have one."
 )
 
 

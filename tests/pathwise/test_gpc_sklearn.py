@@ -13,11 +13,12 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.special
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_iris
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessClassifier as SklearnGPC
-from sklearn.gaussian_process.kernels import RBF, CompoundKernel, WhiteKernel
+from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ExpSineSquared, WhiteKernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 from sklearn.model_selection import train_test_split
@@ -453,3 +454,36 @@ def test_base_estimator_state_of_structured_inputs_is_the_objects():
     assert list(ours.base_estimator_.X_train_) == list(theirs.base_estimator_.X_train_)
     assert_array_equal(ours.base_estimator_.y_train_, theirs.base_estimator_.y_train_)
     assert_allclose(ours.base_estimator_.L_, theirs.base_estimator_.L_, atol=TOL)
+
+
+def test_sample_y_draws_exactly_at_the_rows_for_kernels_without_random_features():
+    # ExpSineSquared has no random-feature map: the latent draws are exact joint draws at
+    # X2 from the Laplace posterior, whose mean and covariance follow from scikit-learn's
+    # fitted binary estimator (GPML Algorithm 3.2 with the full covariance)
+    kernel = C(1.0, "fixed") * ExpSineSquared(1.0, 6.0, periodicity_bounds="fixed")
+    theirs = SklearnGPC(kernel).fit(X, y).base_estimator_
+    ours = GaussianProcessClassifier(kernel).fit(X, y)
+    assert_allclose(ours.kernel_.theta, theirs.kernel_.theta, atol=TOL)
+    K_star = theirs.kernel_(theirs.X_train_, X2)
+    mean = K_star.T @ (theirs.y_train_ - theirs.pi_)
+    v = np.linalg.solve(theirs.L_, theirs.W_sr_[:, None] * K_star)
+    cov = theirs.kernel_(X2) - v.T @ v
+    S = 4000
+    proba = ours.sample_y(X2, S, random_state=1)
+    assert proba.shape == (5, 2, S)
+    assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-12)
+    f = scipy.special.logit(proba[:, 1])
+    # Monte-Carlo tolerances: standard errors sqrt(C_ii / S) of the means and
+    # sqrt((C_ii C_jj + C_ij^2) / S) of the covariances (Gaussian draws); 5 of them over 5
+    # means and 15 covariances leave ~1e-5 false alarms.  The jitter (1e-8 of the prior
+    # variance) is below both.
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(f.mean(1) - mean) <= 5 * sd / np.sqrt(S))
+    bound = 5 * np.sqrt((np.outer(sd**2, sd**2) + cov**2) / S)
+    assert np.all(np.abs(np.cov(f) - cov) <= bound)
+    # several problems: one joint draw per problem, probabilities normalised per row
+    multi = GaussianProcessClassifier(kernel).fit(X, y_mc).sample_y(X2, 3)
+    assert multi.shape == (5, 3, 3)
+    assert_allclose(multi.sum(1), 1.0, rtol=0, atol=1e-12)
+    with pytest.raises(NotImplementedError, match=r"ExpSineSquared.*sample_y\(X\)"):
+        ours.sample_functions(2)
