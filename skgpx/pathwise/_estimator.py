@@ -119,7 +119,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         mean and covariance of the draws exact for any ``F``.
     prior : {"rff", "exact", "auto"}, default="rff"
         Prior used by :meth:`sample_y`: random features, an exact joint Cholesky prior
-        (``O((n + n*)^3)``), or exact when ``n + n* <= exact_prior_max``.
+        (``O((n + n*)^3)``), or exact when ``n + n* <= exact_prior_max``.  A kernel
+        without a random-feature map (``ExpSineSquared``, ``PairwiseKernel``,
+        ``Exponentiation``, structured inputs, ...) makes ``"rff"`` draw exactly at the
+        query rows instead, from the posterior mean and covariance there, as
+        scikit-learn's ``sample_y`` does (:meth:`sample_y_route` tells the route).
     exact_prior_max : int, default=2000
         Size limit of ``prior="auto"``.
     method : {"pathwise", "weight_space"}, default="pathwise"
@@ -313,8 +317,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     A kernel whose ``requires_vector_input`` is False (a kernel on strings, sequences or
     graphs, as in scikit-learn) receives the inputs as given, lists of objects included:
     the exact GP (Cholesky), ``predict``, ``log_marginal_likelihood`` and ``sample_y``
-    with ``prior="exact"`` work on them; random features (``prior="rff"``,
-    ``sample_functions``), sparse mode and CG do not exist there and raise.
+    (exact draws at the query rows with the default ``prior="rff"``, or the exact joint
+    prior with ``prior="exact"``) work on them; ``sample_functions``,
+    ``method="weight_space"``, sparse mode and CG need vectors and raise.
 
     References
     ----------
