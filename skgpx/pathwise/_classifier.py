@@ -12,12 +12,13 @@ from .._base import (
     encode_classes, prediction_generator, to_numpy,
 )
 from .._dask import dask_class_labels, dask_summaries, is_dask_collection
-from ..kernels import ObjectRows, TorchKernel
+from ..kernels import ObjectRows, TorchKernel, split_white_noise
 from ._classifier_sparse import SparseClassifierMode, check_sparse_options, is_sparse
 from ._laplace import LINKS
 from ._laplace_draws import draw_latent
 from ._laplace_mode import LaplaceMode
 from ._laplace_views import probabilities_only
+from ._spectra import has_random_features
 
 
 # fitted attributes that only one of the modes sets
@@ -500,15 +501,25 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         with a kernel that has no random-feature map (``ExpSineSquared``,
         ``PairwiseKernel``, kernels on structured inputs, ...), exact joint draws at X
         from each problem's Laplace posterior there (its mean and the Cholesky factor of
-        its covariance, with ``jitter`` relative to the prior variance).
+        its covariance, with ``jitter`` relative to the prior variance).  Sparse mode
+        draws through random features only, and refuses such kernels.
         """
         check_is_fitted(self)
         Xq = self._query(X)
-        if isinstance(self._mode, LaplaceMode) and self._mode.without_random_features():
+        exact = isinstance(self._mode, LaplaceMode)
+        if exact and self._mode.without_random_features():
             f = self._mode.draw_at_queries(Xq, check_n_samples(n_samples, minimum=1),
                                            prediction_generator(self, random_state),
                                            self.jitter)
         else:
+            if not exact and not has_random_features(split_white_noise(self.kernel_)[0]):
+                raise NotImplementedError(
+                    f"sample_y in sparse mode draws latent functions through random "
+                    f"features, which the kernel {self.kernel_} has no expansion into; fit "
+                    "the exact mode (n_inducing=None, inducing_points=None), which draws "
+                    "exactly at X for such kernels, or use a kernel with random features "
+                    "(sums and products of RBF, Matern, RationalQuadratic, DotProduct and "
+                    "ConstantKernel terms).")
             f = self.sample_functions(n_samples, random_state)(Xq)
         return to_numpy(self._mode.draw_probabilities(f))
 

@@ -25,7 +25,7 @@ from sklearn.gaussian_process.kernels import (
     WhiteKernel,
 )
 
-from skgpx import PathwiseGPSampler
+from skgpx import PathwiseGPClassifier, PathwiseGPSampler
 from skgpx._memory import InsufficientMemoryError
 
 # every scikit-learn kernel class a regressor takes, sums, products, powers, the
@@ -200,3 +200,17 @@ def test_memory_guard_refuses_a_dense_query_before_any_work(monkeypatch):
     # a kernel with random features draws there linearly in the query rows
     rbf = PathwiseGPSampler(KERNELS["rbf"](), optimizer=None, device="cpu").fit(X, y)
     assert rbf.sample_y(Xq).shape == (3000, 1)
+
+
+def test_sparse_classifier_names_the_way_out_for_kernels_without_random_features():
+    X = np.linspace(0, 10, 30)[:, None]
+    y = (np.sin(X[:, 0]) > 0).astype(int)
+    kernel = ConstantKernel(1.0) * ExpSineSquared(1.0, 6.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = PathwiseGPClassifier(kernel, n_inducing=8, max_iter=3, random_state=0,
+                                   device="cpu").fit(X, y)
+    with pytest.raises(NotImplementedError, match=r"sparse mode.*ExpSineSquared.*exact mode"):
+        est.sample_y(X[:3], 2)
+    exact = PathwiseGPClassifier(kernel, optimizer=None, device="cpu").fit(X, y)
+    assert exact.sample_y(X[:3], 2).shape == (3, 2, 2)
