@@ -192,8 +192,10 @@ class _Node:
         return out
 
     def check_n_features(self, n_features):
+        # scikit-learn reads a length-scale list of one entry as isotropic (its
+        # ``anisotropic`` is ``np.iterable(l) and len(l) > 1``): one scale for all features
         length_scale = getattr(self.kernel, "length_scale", None)
-        if length_scale is not None and np.ndim(length_scale) == 1:
+        if length_scale is not None and np.ndim(length_scale) == 1 and len(length_scale) > 1:
             if len(length_scale) != n_features:
                 raise ValueError(
                     f"Anisotropic kernel {self.kernel} has {len(length_scale)} length "

@@ -163,3 +163,15 @@ def test_anisotropic_length_scale_must_match_features():
     with pytest.raises(ValueError, match="3 length scales but X has 2 features"):
         TorchKernel(sk.RBF([1.0, 1.0, 1.0])).check_n_features(2)
     TorchKernel(sk.RBF([1.0, 1.0, 1.0])).check_n_features(3)
+
+
+@pytest.mark.parametrize("kernel", [sk.RBF([0.7]), sk.Matern([0.7], nu=1.5),
+                                    sk.ConstantKernel(2.0) * sk.Matern(np.array([0.7]), nu=0.7)])
+def test_one_entry_length_scale_list_is_isotropic(kernel):
+    # scikit-learn: anisotropic is ``np.iterable(l) and len(l) > 1``
+    X = np.random.RandomState(0).randn(6, 3)
+    tk = TorchKernel(kernel)
+    tk.check_n_features(3)
+    np.testing.assert_allclose(tk(_torch(X)).numpy(), kernel(X), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="2 length scales but X has 3 features"):
+        TorchKernel(sk.RBF([1.0, 1.0])).check_n_features(3)

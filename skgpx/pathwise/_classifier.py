@@ -9,15 +9,16 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
     Interval, StrOptions, TorchEstimatorMixin, check_magnitude, check_n_samples,
-    encode_classes, to_numpy,
+    encode_classes, prediction_generator, to_numpy,
 )
 from .._dask import dask_class_labels, dask_summaries, is_dask_collection
-from ..kernels import ObjectRows, TorchKernel
+from ..kernels import ObjectRows, TorchKernel, split_white_noise
 from ._classifier_sparse import SparseClassifierMode, check_sparse_options, is_sparse
 from ._laplace import LINKS
 from ._laplace_draws import draw_latent
 from ._laplace_mode import LaplaceMode
 from ._laplace_views import probabilities_only
+from ._spectra import has_random_features
 
 
 # fitted attributes that only one of the modes sets
@@ -110,7 +111,8 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         ``"sincos"``).
     feature_map : {"sincos", "cosine"}, default="sincos"
     jitter : float, default=1e-8
-        Sparse mode: relative jitter of ``K_zz`` (escalated tenfold on failure).
+        Sparse mode: relative jitter of ``K_zz`` (escalated tenfold on failure).  Exact
+        mode: the relative jitter of the exact latent draws of :meth:`sample_y`.
     batch_size : int, default=8192
         Rows per chunk in prediction and in the sparse mode's passes.
     device : str, default="auto"
@@ -492,11 +494,34 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         -------
         proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
             The layout of ``DeepQEPClassifier.sample_y``.
+
+        Notes
+        -----
+        The latent draws are :meth:`sample_functions` evaluated at X, or, in exact mode
+        with a kernel that has no random-feature map (``ExpSineSquared``,
+        ``PairwiseKernel``, kernels on structured inputs, ...), exact joint draws at X
+        from each problem's Laplace posterior there (its mean and the Cholesky factor of
+        its covariance, with ``jitter`` relative to the prior variance).  Sparse mode
+        draws through random features only, and refuses such kernels.
         """
         check_is_fitted(self)
         Xq = self._query(X)
-        functions = self.sample_functions(n_samples, random_state)
-        return to_numpy(self._mode.draw_probabilities(functions(Xq)))
+        exact = isinstance(self._mode, LaplaceMode)
+        if exact and self._mode.without_random_features():
+            f = self._mode.draw_at_queries(Xq, check_n_samples(n_samples, minimum=1),
+                                           prediction_generator(self, random_state),
+                                           self.jitter)
+        else:
+            if not exact and not has_random_features(split_white_noise(self.kernel_)[0]):
+                raise NotImplementedError(
+                    f"sample_y in sparse mode draws latent functions through random "
+                    f"features, which the kernel {self.kernel_} has no expansion into; fit "
+                    "the exact mode (n_inducing=None, inducing_points=None), which draws "
+                    "exactly at X for such kernels, or use a kernel with random features "
+                    "(sums and products of RBF, Matern, RationalQuadratic, DotProduct and "
+                    "ConstantKernel terms).")
+            f = self.sample_functions(n_samples, random_state)(Xq)
+        return to_numpy(self._mode.draw_probabilities(f))
 
     # ------------------------------------------------------------ likelihood
 

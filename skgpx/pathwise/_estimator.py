@@ -33,7 +33,14 @@ from ._engine import PriorMode
 from ._exact_mode import ExactMode, check_structured_options, random_features_error
 from ._functions import sklearn_layout
 from ._model import clip_negative_variance
-from ._predict import check_draws_memory, draw_exact, draw_functions
+from ._predict import (
+    check_draws_memory,
+    check_exact_at_queries_memory,
+    draw_at_queries,
+    draw_exact,
+    draw_functions,
+)
+from ._spectra import has_random_features
 from ._sparse_mode import SparseMode
 from ._variational_mode import VariationalMode
 
@@ -112,7 +119,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         mean and covariance of the draws exact for any ``F``.
     prior : {"rff", "exact", "auto"}, default="rff"
         Prior used by :meth:`sample_y`: random features, an exact joint Cholesky prior
-        (``O((n + n*)^3)``), or exact when ``n + n* <= exact_prior_max``.
+        (``O((n + n*)^3)``), or exact when ``n + n* <= exact_prior_max``.  A kernel
+        without a random-feature map (``ExpSineSquared``, ``PairwiseKernel``,
+        ``Exponentiation``, structured inputs, ...) makes ``"rff"`` draw exactly at the
+        query rows instead, from the posterior mean and covariance there, as
+        scikit-learn's ``sample_y`` does (:meth:`sample_y_route` tells the route).
     exact_prior_max : int, default=2000
         Size limit of ``prior="auto"``.
     method : {"pathwise", "weight_space"}, default="pathwise"
@@ -306,8 +317,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     A kernel whose ``requires_vector_input`` is False (a kernel on strings, sequences or
     graphs, as in scikit-learn) receives the inputs as given, lists of objects included:
     the exact GP (Cholesky), ``predict``, ``log_marginal_likelihood`` and ``sample_y``
-    with ``prior="exact"`` work on them; random features (``prior="rff"``,
-    ``sample_functions``), sparse mode and CG do not exist there and raise.
+    (exact draws at the query rows with the default ``prior="rff"``, or the exact joint
+    prior with ``prior="exact"``) work on them; ``sample_functions``,
+    ``method="weight_space"``, sparse mode and CG need vectors and raise.
 
     References
     ----------
@@ -704,9 +716,27 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw samples from the GP posterior (the prior before ``fit``) at X.
 
-        With ``prior="rff"`` (or ``"auto"`` above ``exact_prior_max``) these are
-        pathwise draws, linear in ``n_queries``; with ``prior="exact"`` they come from
-        the exact joint prior.  Observation noise follows ``predict_noise``.
+        The draws take one of four routes (:meth:`sample_y_route` says which):
+
+        * ``"pathwise"``: with ``prior="rff"`` (or ``"auto"`` above
+          ``exact_prior_max``), a random-feature prior draw updated by Matheron's rule,
+          linear in ``n_queries``; ``sample_functions(S, r)(X)`` gives the same values.
+        * ``"weight_space"``: ``method="weight_space"``, Bayesian linear regression on
+          the random features.
+        * ``"exact_joint"``: ``prior="exact"`` (or ``"auto"`` within
+          ``exact_prior_max``), the exact joint prior over the training (or inducing)
+          and query rows updated by Matheron's rule, ``O((n + n_queries)^3)``.
+        * ``"exact_at_queries"``: when the kernel has no random-feature map
+          (``ExpSineSquared``, ``Exponentiation``, ``PairwiseKernel``, a product with
+          ``DotProduct``, kernels on structured inputs, ...), ``prior="rff"`` falls
+          back to exact joint draws at X: the posterior mean plus the Cholesky factor
+          of the posterior covariance at X times standard normals, as scikit-learn's
+          ``sample_y`` draws, ``O(n n_queries^2 + n_queries^3)``.  The covariance gets
+          the exact prior's ``jitter`` (relative to the mean prior variance at X).
+
+        Both exact routes draw from the exact posterior at X, jointly: draws from two
+        calls on two halves of X are independent, not one joint draw.  Observation
+        noise follows ``predict_noise``.
 
         Parameters
         ----------
@@ -728,33 +758,38 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             ``dtype='float64'``, 1e15 with ``'float32'``), where squares would overflow.
         InsufficientMemoryError
             Before drawing, when the ``n_samples`` draws and their buffers cannot fit in
-            the memory available (ask for fewer draws, or call it on chunks of X).
+            the memory available (ask for fewer draws, or call it on chunks of X), or,
+            on the exact routes, when the dense ``n_queries x n_queries`` matrices
+            cannot (fewer query rows per call, or a kernel with random features).
+        NotImplementedError
+            ``method="weight_space"`` with a kernel that has no random-feature map.
         """
         engine, face, Xq = self._query(X)
         post = engine.posterior(**face)
-        fitted = post.fitted
         n_samples = check_n_samples(n_samples, minimum=0)
-        generator = prediction_generator(self, random_state)
-        n_train = post.centers.shape[0] if fitted else 0
-        structured = isinstance(Xq, ObjectRows)
-        if structured and self.prior == "rff":
-            raise random_features_error(self.kernel, "sample_y with prior='rff'")
-        if not engine.exact_draws and self.prior == "exact":
-            raise ValueError(f"prior='exact' draws the exact Gaussian posterior; the fit of "
-                             f"likelihood={self.likelihood!r} draws by prior='rff'.")
-        exact = self.method == "pathwise" and engine.exact_draws and (
-            self.prior == "exact" or structured
-            or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)
-        )
-        check_draws_memory(post, n_samples, n_train, Xq.shape[0], exact,
-                           f"PathwiseGPSampler.sample_y on {Xq.shape[0]} rows",
+        route = self._route(engine, post, Xq)
+        n_query = Xq.shape[0]
+        n_train = post.centers.shape[0] if post.fitted else 0
+        check_draws_memory(post, n_samples, 0 if route == "exact_at_queries" else n_train,
+                           n_query, route != "pathwise" and route != "weight_space",
+                           f"PathwiseGPSampler.sample_y on {n_query} rows",
                            **self._memory_options())
-        if exact:
-            self._check_query_memory(n_train + Xq.shape[0], "sample_y with prior='exact'",
+        if route == "exact_joint":
+            self._check_query_memory(n_train + n_query, "sample_y with prior='exact'",
                                      "use prior='rff' (linear in the query rows)")
+        elif route == "exact_at_queries":
+            check_exact_at_queries_memory(post, n_query, n_train, not engine.exact_draws,
+                                          *self._current_device_dtype())
+        generator = prediction_generator(self, random_state)
         with torch.no_grad():
-            if exact:
+            if route == "exact_joint":
                 values = draw_exact(post, Xq, n_samples, generator, self.jitter)
+            elif route == "exact_at_queries":
+                mean, _, cov = engine.predict(Xq, noise=0.0, batch_size=self.batch_size,
+                                              want_cov=True, observed=False)
+                prior_variance = engine.prior_variance(Xq, noise=0.0)
+                values = draw_at_queries(post, mean, cov, prior_variance, n_samples,
+                                         generator, self.jitter)
             else:
                 functions = draw_functions(post, n_samples, generator, **self._draw_options())
                 values = functions.values(Xq)
@@ -767,6 +802,46 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             if own is not None:  # a non-Gaussian likelihood's noise
                 values = values + post.y_std * own
             return to_numpy(sklearn_layout(values, post.squeeze))
+
+    def sample_y_route(self, X):
+        """The route :meth:`sample_y` takes to draw at X, without drawing.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features) or list of object
+
+        Returns
+        -------
+        route : {"pathwise", "weight_space", "exact_joint", "exact_at_queries"}
+            See :meth:`sample_y`: random features updated by Matheron's rule, the
+            weight-space baseline, the exact joint prior, or exact joint draws at X
+            from the posterior mean and covariance there (a kernel without
+            random-feature map).
+        """
+        engine, face, Xq = self._query(X)
+        return self._route(engine, engine.posterior(**face), Xq)
+
+    def _route(self, engine, post, Xq):
+        """The route of ``sample_y`` at the validated rows ``Xq`` (see its docstring);
+        refuses the options that cannot draw at all."""
+        if not engine.exact_draws and self.prior == "exact":
+            raise ValueError(f"prior='exact' draws the exact Gaussian posterior; the fit of "
+                             f"likelihood={self.likelihood!r} draws by prior='rff'.")
+        structured = isinstance(Xq, ObjectRows)
+        features = not structured and has_random_features(post.signal_kernel)
+        if self.method == "weight_space":
+            if not features:  # the baseline is defined by its features: no exact stand-in
+                raise NotImplementedError(
+                    f"method='weight_space' draws from random features, which the kernel "
+                    f"{post.signal_kernel} has no expansion into; use method='pathwise', "
+                    "whose sample_y draws exactly at the query rows for such kernels.")
+            return "weight_space"
+        n_train = post.centers.shape[0] if post.fitted else 0
+        if engine.exact_draws and (
+                self.prior == "exact"
+                or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)):
+            return "exact_joint"
+        return "pathwise" if features else "exact_at_queries"
 
     def sample_functions(self, n_samples=1, random_state=0):
         """Draw posterior functions that can be evaluated anywhere.

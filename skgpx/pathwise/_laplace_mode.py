@@ -16,15 +16,22 @@ from sklearn.gaussian_process.kernels import CompoundKernel, ConstantKernel
 from sklearn.utils import check_random_state
 
 from .._base import (
-    array_bytes, check_memory, draw_seed, rows_per_chunk, to_numpy,
-    to_probabilities,
+    array_bytes, check_memory, cpu_generator, draw_seed, rows_per_chunk, standard_normal,
+    to_numpy, to_probabilities,
 )
 from ..kernels import ObjectRows, TorchKernel, split_white_noise
+from ..linalg import jittered_cholesky, solve_lower
 from ._engine import Mode
 from ._laplace import latent_moments, positive_probability
 from ._laplace_draws import LaplacePosterior, link_probabilities
 from ._laplace_fit import LaplaceProblems, optimise, restart_thetas
 from ._laplace_views import LaplaceBinaryView, LaplaceEnsembleView, ovo_scores, select_problems
+from ._spectra import has_random_features
+
+
+def _copy(tensor):
+    """A float64 numpy copy that shares no memory with the fitted tensor."""
+    return np.array(to_numpy(tensor), dtype=np.float64, copy=True)
 
 
 def problem_groups(codes, n_classes, multi_class):
@@ -137,11 +144,35 @@ class LaplaceMode(Mode):
         if self.multi_class == "one_vs_rest":
             views = [LaplaceBinaryView(est, c, [0, 1]) for c in range(self.n_classes)]
         else:
-            n = self.n_classes
-            pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-            views = [LaplaceBinaryView(est, k, classes[list(pair)])
-                     for k, pair in enumerate(pairs)]
+            # OneVsOneClassifier encodes each pair's labels 0 (first class) and 1
+            n_pairs = self.n_classes * (self.n_classes - 1) // 2
+            views = [LaplaceBinaryView(est, k, [0, 1]) for k in range(n_pairs)]
         return LaplaceEnsembleView(self.multi_class, views, classes)
+
+    def problem_state(self, problem, name):
+        """One binary problem's fitted state as scikit-learn's binary Laplace estimator
+        holds it (``name``: ``X_train_``, ``y_train_``, ``pi_``, ``W_sr_`` or ``L_``),
+        a float64 numpy copy (the objects themselves for structured inputs)."""
+        offset = 0
+        for X_g, Y_g, mode in self.groups:
+            if problem < offset + Y_g.shape[0]:
+                local = problem - offset
+                break
+            offset += Y_g.shape[0]
+        else:
+            raise IndexError(problem)
+        if name == "X_train_":
+            return X_g.values.copy() if isinstance(X_g, ObjectRows) else _copy(X_g)
+        y = _copy(Y_g[local])
+        if name == "y_train_":
+            return y.astype(np.int64)
+        if name == "pi_":
+            # g = y - pi at the last step's latent values (logit); the probit link keeps
+            # no such pi: its probability at the mode
+            if self.link == "logit":
+                return y - to_numpy(mode.g[local])
+            return _copy(torch.special.ndtr(mode.f[local]))
+        return _copy({"W_sr_": mode.W_sr, "L_": mode.L}[name][local])
 
     # ------------------------------------------------------------ prediction
 
@@ -208,6 +239,56 @@ class LaplaceMode(Mode):
                     n_features_in=n_features_in))
             offset += Y_g.shape[0]
         return posts
+
+    def without_random_features(self):
+        """Whether the kernel has no random-feature map (structured inputs included), so
+        that latent draws are made exactly at the query rows (:meth:`draw_at_queries`)."""
+        signal, _ = split_white_noise(self.kernels[0])
+        return isinstance(self.groups[0][0], ObjectRows) or (
+            signal is not None and not has_random_features(signal))
+
+    def draw_at_queries(self, Xq, n_samples, generator, jitter):
+        """Latent draws at the query rows, jointly, from each problem's Laplace posterior
+        there: (n*, S) for one problem, (n*, P, S) for several.
+
+        Mean ``k(X*, X) g`` and covariance ``k(X*, X*) - V^T V`` with
+        ``V = L^{-1} W^{1/2} k(X, X*)`` (GPML Algorithm 3.2 with the full covariance), of
+        the signal as the function draws carry it (a ``WhiteKernel`` is the nugget of the
+        training rows only), plus ``jitter`` times the mean prior variance at X*.
+        Problem ``p``'s normal draws come from its own stream (seed ``+ p``), so they do
+        not depend on the number of problems.
+        """
+        m, S = Xq.shape[0], n_samples
+        n_problems = self.theta.shape[0]
+        n_train = max(X_g.shape[0] for X_g, _, _ in self.groups)
+        check_memory(
+            array_bytes(3 * m * m + 2 * m * n_train, dtype=self.theta.dtype),
+            what=f"PathwiseGPClassifier.sample_y on {m} rows by exact joint latent draws "
+                 f"(the kernel {self.kernels[0]} has no random-feature map; dense {m} x {m} "
+                 "covariance matrices per binary problem)",
+            way_out="draw at fewer query rows per call (draws of separate calls are "
+                    "independent), or use a kernel with a random-feature map (sums and "
+                    "products of RBF, Matern, RationalQuadratic, DotProduct and "
+                    "ConstantKernel terms)", device=self.theta.device)
+        seed = int(torch.randint(2**62, (1,), generator=generator))
+        draws, offset = [], 0
+        for X_g, Y_g, mode in self.groups:
+            for local in range(Y_g.shape[0]):
+                theta = self.theta[offset + local]
+                cross = self.kernel(X_g, Xq, theta=theta)
+                v = solve_lower(mode.L[local], mode.W_sr[local][:, None] * cross)
+                prior = self.kernel(Xq, theta=theta, part="signal")
+                scale = float(prior.diagonal().mean().abs()) or 1.0
+                L, _ = jittered_cholesky(
+                    prior - v.T @ v, base_jitter=jitter * scale, jitter=max(jitter, 1e-12),
+                    name="latent posterior covariance at the query rows",
+                    advice="check that the kernel is positive semi-definite, increase "
+                           "jitter, or draw at fewer or less clustered query rows")
+                z = standard_normal((m, S), cpu_generator(seed + offset + local),
+                                    self.theta.dtype, self.theta.device)
+                draws.append((mode.g[local] @ cross)[:, None] + L @ z)
+            offset += Y_g.shape[0]
+        return draws[0] if n_problems == 1 else torch.stack(draws, dim=1)
 
     def draw_probabilities(self, f):
         """Class-probability draws (n*, C, S) of latent draws ``f`` (n*, P, S)."""

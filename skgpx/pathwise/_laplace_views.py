@@ -20,11 +20,27 @@ class LaplaceBinaryView:
     Attributes
     ----------
     classes_ : ndarray of shape (2,)
-        The labels of the problem's negative and positive class (one-vs-rest: ``[0, 1]``
-        for "rest" and "this class", as ``OneVsRestClassifier``'s estimators see them).
+        The labels of the problem's negative and positive class: the estimator's two
+        classes, or with more classes ``[0, 1]`` as scikit-learn's multiclass wrappers'
+        estimators see them (one-vs-rest: "rest" and "this class"; one-vs-one: the
+        pair's first and second class).
     kernel_ : kernel instance
         The problem's fitted kernel (shared with the estimator's ``kernel_``).
     log_marginal_likelihood_value_ : float
+    X_train_ : ndarray of shape (n_rows, n_features) or list of object
+        The problem's training rows (one-vs-one: the rows of its two classes, in order).
+    y_train_ : ndarray of shape (n_rows,)
+        Its labels encoded 0 (negative) and 1 (positive), int64.
+    pi_ : ndarray of shape (n_rows,)
+        As scikit-learn's binary Laplace estimator keeps it: the positive-class
+        probability at the latent values of the last Newton step (logit link; the
+        probit link: ``Phi(f)`` at the mode).
+    W_sr_ : ndarray of shape (n_rows,)
+        Square root of the negative Hessian ``W`` of the log-likelihood there.
+    L_ : ndarray of shape (n_rows, n_rows)
+        Lower Cholesky factor of ``B = I + W_sr K W_sr``.
+
+    Each of these is a float64 numpy copy of the fitted state, made at each access.
     """
 
     def __init__(self, owner, index, classes):
@@ -38,6 +54,29 @@ class LaplaceBinaryView:
     @property
     def log_marginal_likelihood_value_(self):
         return np.float64(self._owner._mode.lml_values[self._index])
+
+    def _state(self, name):
+        return self._owner._mode.problem_state(self._index, name)
+
+    @property
+    def X_train_(self):
+        return self._state("X_train_")
+
+    @property
+    def y_train_(self):
+        return self._state("y_train_")
+
+    @property
+    def pi_(self):
+        return self._state("pi_")
+
+    @property
+    def W_sr_(self):
+        return self._state("W_sr_")
+
+    @property
+    def L_(self):
+        return self._state("L_")
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """This problem's log marginal likelihood (and gradient) at ``theta``."""

@@ -1,4 +1,5 @@
-"""Building posterior draws: Matheron's rule, the weight-space baseline, the exact prior.
+"""Building posterior draws: Matheron's rule, the weight-space baseline, the exact prior,
+and exact draws at the query rows for kernels without random features.
 
 Matheron's rule (Wilson et al., 2020, eq. 5 and 8) for the exact GP, per path ``s``:
 
@@ -19,7 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .._base import check_draw_memory, cpu_generator, rows_per_chunk, standard_normal
+from .._base import (
+    check_draw_memory,
+    check_memory,
+    cpu_generator,
+    rows_per_chunk,
+    standard_normal,
+)
 from ..kernels import concatenate_rows
 from ..linalg import cholesky_solve, jittered_cholesky
 from ._features import draw_random_features
@@ -217,3 +224,63 @@ def draw_exact(post, Xq, n_samples, generator, jitter):
     V = post.update(f[:n], streams).reshape(n, S * T)
     cross = post.kernel(Xq, centers, part="signal")
     return post.y_mean + post.y_std * (f[n:] + (cross @ V).reshape(-1, S, T))
+
+
+def draw_at_queries(post, mean, cov, prior_variance, n_samples, generator, jitter):
+    """Exact joint draws at the query rows from the posterior moments there: (n*, S, T).
+
+    ``mean + L z`` with ``L L^T = cov + jitter * mean(prior_variance) I``, the route of
+    scikit-learn's ``sample_y`` (which draws from ``predict(return_cov=True)``), for
+    kernels that have no random-feature map.  The jitter is the one the exact prior
+    always gets, relative to the prior variance at the query rows (the posterior
+    covariance can be nearly zero there), and grows as :func:`jittered_cholesky` grows
+    it where round-off left the covariance indefinite.
+
+    Parameters
+    ----------
+    post : Posterior
+        For its output scaling (``y_mean``, ``y_std``) and per-target streams.
+    mean : Tensor of shape (n*, T)
+        Posterior mean of the latent function, in the fitted units.
+    cov : Tensor of shape (n*, n*) or (n*, n*, T)
+        Its posterior covariance: one for all targets, or one per target.
+    prior_variance : Tensor of shape (n*,)
+        Prior variance of the latent function at the query rows (the jitter's scale).
+    """
+    S, T = n_samples, post.n_targets
+    scale = float(prior_variance.mean().abs()) if prior_variance.numel() else 1.0
+    batched = cov.dim() == 3
+    matrix = cov.permute(2, 0, 1) if batched else cov
+    what = "posterior" if post.fitted else "prior"
+    L, _ = jittered_cholesky(matrix, base_jitter=jitter * (scale or 1.0),
+                             jitter=max(jitter, 1e-12),
+                             name=f"{what} covariance at the query rows",
+                             advice="check that the kernel is positive semi-definite "
+                                    "(PairwiseKernel's 'sigmoid' and 'additive_chi2' are "
+                                    "not), increase jitter, or draw at fewer or less "
+                                    "clustered query rows")
+    z = post.streams(generator).normal((mean.shape[0], S))  # (n*, S, T)
+    if batched:
+        f = torch.einsum("tij,jst->ist", L, z)
+    else:
+        f = (L @ z.reshape(-1, S * T)).reshape(-1, S, T)
+    return post.y_mean + post.y_std * (mean[:, None, :] + f)
+
+
+def check_exact_at_queries_memory(post, n_query, n_train, per_target, device, dtype):
+    """Refuse exact draws at ``n_query`` rows (:func:`draw_at_queries`) whose dense
+    buffers cannot fit, before any work: the posterior covariance and its factor (one
+    per target when ``per_target``), the prior covariance, and the cross-covariance with
+    the ``n_train`` training (or inducing) rows and its solve."""
+    itemsize = 4 if dtype == torch.float32 else 8
+    n_cov = post.n_targets if per_target else 1
+    n_bytes = itemsize * ((2 + 2 * n_cov) * n_query * n_query + 2 * n_query * n_train)
+    check_memory(
+        n_bytes, device=device,
+        what=(f"sample_y on {n_query} rows by exact joint draws at the query rows (the "
+              f"kernel {post.signal_kernel} has no random-feature map; dense "
+              f"{n_query} x {n_query} covariance matrices)"),
+        way_out=("draw at fewer query rows per call (draws of separate calls are "
+                 "independent, not one joint draw), or use a kernel with a random-feature "
+                 "map (sums and products of RBF, Matern, RationalQuadratic, DotProduct and "
+                 "ConstantKernel terms), whose draws are linear in the query rows"))

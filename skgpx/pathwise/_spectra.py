@@ -22,6 +22,7 @@ __all__ = [
     "LinearTerm",
     "StationaryFactor",
     "StationaryTerm",
+    "has_random_features",
     "sample_unit_frequencies",
     "spectral_terms",
 ]
@@ -72,7 +73,7 @@ def _multiply(a, b, kernel):
         return StationaryTerm(a.variance * b.variance, a.factors + b.factors)
     raise NotImplementedError(
         f"Random Fourier features are not available for the product in {kernel}; "
-        "use prior='exact' with sample_y instead."
+        + _NO_FEATURES_ADVICE
     )
 
 
@@ -110,9 +111,27 @@ def spectral_terms(kernel):
     if type(kernel) is sk.RationalQuadratic:
         return [StationaryTerm(1.0, [StationaryFactor("rq", length_scale, float(kernel.alpha))])]
     raise NotImplementedError(
-        f"Random Fourier features are not available for {kernel}; use prior='exact' "
-        "with sample_y instead."
+        f"Random Fourier features are not available for {kernel}; " + _NO_FEATURES_ADVICE
     )
+
+
+_NO_FEATURES_ADVICE = (
+    "functions that can be evaluated anywhere (sample_functions) need them.  Draw at "
+    "given rows with sample_y(X) instead, which draws exactly and jointly at X for such "
+    "kernels (PathwiseGPSampler: with the default prior='rff' as with prior='exact'), "
+    "or build the kernel from RBF, Matern, RationalQuadratic, DotProduct and "
+    "ConstantKernel terms (sums and products), which have one."
+)
+
+
+def has_random_features(kernel):
+    """Whether :func:`spectral_terms` expands the signal ``kernel`` into random-feature
+    terms (False for the kernels it refuses)."""
+    try:
+        spectral_terms(kernel)
+    except NotImplementedError:
+        return False
+    return True
 
 
 def _gamma_unit_mean(shape, size, generator):

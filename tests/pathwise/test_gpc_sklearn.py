@@ -13,11 +13,12 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.special
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_iris
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessClassifier as SklearnGPC
-from sklearn.gaussian_process.kernels import RBF, CompoundKernel, WhiteKernel
+from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ExpSineSquared, WhiteKernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 from sklearn.model_selection import train_test_split
@@ -401,3 +402,88 @@ def test_base_estimator_views_answer_as_sklearns_binary_estimators():
                         binary.latent_mean_and_variance(X2)):
             assert_allclose(a, b, atol=1e-6)
         assert_allclose(view.kernel_.theta, binary.kernel_.theta, atol=1e-6)
+
+
+def _binary_estimators(est):
+    base = est.base_estimator_
+    return base.estimators_ if hasattr(base, "estimators_") else [base]
+
+
+@pytest.mark.parametrize("multi_class", ["one_vs_rest", "one_vs_one"])
+@pytest.mark.parametrize("labels", ["binary", "multi"])
+def test_base_estimator_holds_sklearns_laplace_state(labels, multi_class):
+    # the fitted state of scikit-learn's binary Laplace estimators, problem by problem:
+    # rows, encoded labels, pi, sqrt(W) and chol(I + W_sr K W_sr) of the last Newton step
+    targets = y if labels == "binary" else y_mc
+    kernel = kernels[3]
+    theirs = SklearnGPC(kernel, multi_class=multi_class).fit(X, targets)
+    ours = GaussianProcessClassifier(kernel, multi_class=multi_class).fit(X, targets)
+    assert type(ours.base_estimator_).__name__ != "OneVsRestClassifier"  # a view of ours
+    pairs = list(zip(_binary_estimators(ours), _binary_estimators(theirs), strict=True))
+    assert len(pairs) == (1 if labels == "binary" else 3)
+    for view, binary in pairs:
+        assert_array_equal(view.X_train_, binary.X_train_)
+        assert_array_equal(view.y_train_, binary.y_train_)
+        assert view.y_train_.dtype == binary.y_train_.dtype
+        assert_array_equal(view.classes_, binary.classes_)
+        for name in ("pi_", "W_sr_", "L_"):
+            mine, sk = getattr(view, name), getattr(binary, name)
+            assert mine.shape == sk.shape and mine.dtype == np.float64, name
+            assert_allclose(mine, sk, rtol=0, atol=TOL, err_msg=name)
+        # scikit-learn's own prediction from these (GPML Algorithm 3.2) gives ours
+        K_star = view.kernel_(view.X_train_, X2)
+        mean = K_star.T @ (view.y_train_ - view.pi_)
+        v = np.linalg.solve(view.L_, view.W_sr_[:, None] * K_star)
+        var = view.kernel_.diag(X2) - np.einsum("ij,ij->j", v, v)
+        for a, b in zip((mean, var), view.latent_mean_and_variance(X2)):
+            assert_allclose(a, b, rtol=0, atol=1e-10)
+    # copies: changing one does not change the fit
+    view = pairs[0][0]
+    view.X_train_[:] = 0.0
+    view.L_[:] = 0.0
+    assert_allclose(view.X_train_, pairs[0][1].X_train_)
+    assert_allclose(view.L_, pairs[0][1].L_, atol=TOL)
+
+
+def test_base_estimator_state_of_structured_inputs_is_the_objects():
+    Xs = ["A", "AB", "B", "BBA"]
+    ys = np.array([True, False, True, False])
+    kernel = MiniSeqKernel(baseline_similarity_bounds="fixed")
+    ours = GaussianProcessClassifier(kernel).fit(Xs, ys)
+    theirs = SklearnGPC(kernel).fit(Xs, ys)
+    assert list(ours.base_estimator_.X_train_) == list(theirs.base_estimator_.X_train_)
+    assert_array_equal(ours.base_estimator_.y_train_, theirs.base_estimator_.y_train_)
+    assert_allclose(ours.base_estimator_.L_, theirs.base_estimator_.L_, atol=TOL)
+
+
+def test_sample_y_draws_exactly_at_the_rows_for_kernels_without_random_features():
+    # ExpSineSquared has no random-feature map: the latent draws are exact joint draws at
+    # X2 from the Laplace posterior, whose mean and covariance follow from scikit-learn's
+    # fitted binary estimator (GPML Algorithm 3.2 with the full covariance)
+    kernel = C(1.0, "fixed") * ExpSineSquared(1.0, 6.0, periodicity_bounds="fixed")
+    theirs = SklearnGPC(kernel).fit(X, y).base_estimator_
+    ours = GaussianProcessClassifier(kernel).fit(X, y)
+    assert_allclose(ours.kernel_.theta, theirs.kernel_.theta, atol=TOL)
+    K_star = theirs.kernel_(theirs.X_train_, X2)
+    mean = K_star.T @ (theirs.y_train_ - theirs.pi_)
+    v = np.linalg.solve(theirs.L_, theirs.W_sr_[:, None] * K_star)
+    cov = theirs.kernel_(X2) - v.T @ v
+    S = 4000
+    proba = ours.sample_y(X2, S, random_state=1)
+    assert proba.shape == (5, 2, S)
+    assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-12)
+    f = scipy.special.logit(proba[:, 1])
+    # Monte-Carlo tolerances: standard errors sqrt(C_ii / S) of the means and
+    # sqrt((C_ii C_jj + C_ij^2) / S) of the covariances (Gaussian draws); 5 of them over 5
+    # means and 15 covariances leave ~1e-5 false alarms.  The jitter (1e-8 of the prior
+    # variance) is below both.
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(f.mean(1) - mean) <= 5 * sd / np.sqrt(S))
+    bound = 5 * np.sqrt((np.outer(sd**2, sd**2) + cov**2) / S)
+    assert np.all(np.abs(np.cov(f) - cov) <= bound)
+    # several problems: one joint draw per problem, probabilities normalised per row
+    multi = GaussianProcessClassifier(kernel).fit(X, y_mc).sample_y(X2, 3)
+    assert multi.shape == (5, 3, 3)
+    assert_allclose(multi.sum(1), 1.0, rtol=0, atol=1e-12)
+    with pytest.raises(NotImplementedError, match=r"ExpSineSquared.*sample_y\(X\)"):
+        ours.sample_functions(2)

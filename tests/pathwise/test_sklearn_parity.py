@@ -355,10 +355,15 @@ def test_structured_inputs_draw_exactly_and_refuse_random_features():
     sd = np.sqrt(np.diag(cov))
     assert np.all(np.abs(draws.mean(1) - mean) < 5 * sd / np.sqrt(4000))
     assert np.all(np.abs(draws.var(1) / sd**2 - 1) < 5 * np.sqrt(2 / 4000))
-    for call in (lambda: PathwiseGPSampler(kernel).fit(X, y).sample_y(Xq),
-                 lambda: ours.sample_functions(2)):
-        with pytest.raises(NotImplementedError, match="prior='exact'"):
-            call()
+    # the default prior='rff' has no features to use: it draws exactly at the query rows
+    default = PathwiseGPSampler(kernel, optimizer=None, predict_noise="latent",
+                                device="cpu").fit(X, y)
+    assert default.sample_y_route(Xq) == "exact_at_queries"
+    draws = default.sample_y(Xq, n_samples=4000, random_state=2)
+    assert np.all(np.abs(draws.mean(1) - mean) < 5 * sd / np.sqrt(4000))
+    assert np.all(np.abs(draws.var(1) / sd**2 - 1) < 5 * np.sqrt(2 / 4000))
+    with pytest.raises(NotImplementedError, match="prior='exact'"):
+        ours.sample_functions(2)
     for options in (dict(n_inducing=4), dict(solver="cg"), dict(method="weight_space")):
         with pytest.raises(ValueError, match="structured inputs"):
             PathwiseGPSampler(kernel, **options).fit(X, y)
