@@ -80,6 +80,18 @@ def save(fig, out, name):
     plt.close(fig)
 
 
+def plot_sine(X, y, grid, mean, std, draws, title, band, path):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(grid[:, 0], mean - 2 * std, mean + 2 * std, alpha=0.25, label=band)
+    ax.plot(grid[:, 0], mean, "k")
+    ax.plot(grid[:, 0], draws, lw=0.8)
+    ax.plot(X[:, 0], y, "k.", label="data")
+    ax.set(title=title, xlabel="x", ylabel="y")
+    ax.title.set_fontsize(8)
+    ax.legend(loc="lower left", fontsize=8)
+    save(fig, *os.path.split(path))
+
+
 # ---------------------------------------------------------------- GP regression
 
 
@@ -98,15 +110,9 @@ def gp_regression_demo(out, rows, notes, size):
     mean, std = ours.predict(grid, return_std=True)
     notes.append(f"sine 1-D: largest |predictive mean difference| to scikit-learn's on a grid "
                  f"{np.abs(mean - theirs.predict(grid)).max():.1e}")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.fill_between(grid[:, 0], mean - 2 * std, mean + 2 * std, alpha=0.25, label="mean ± 2 std")
-    ax.plot(grid[:, 0], mean, "k", label="posterior mean")
-    ax.plot(grid[:, 0], ours.sample_functions(5, random_state=0)(grid), lw=0.8)
-    ax.plot(X[:, 0], y, "k.", label="data")
-    ax.set(title=f"PathwiseGPSampler: {ours.kernel_}", xlabel="x", ylabel="y")
-    ax.title.set_fontsize(8)
-    ax.legend(loc="lower left", fontsize=8)
-    save(fig, out, "sine_PathwiseGPSampler.png")
+    plot_sine(X, y, grid, mean, std, ours.sample_functions(5, random_state=0)(grid),
+              f"PathwiseGPSampler: {ours.kernel_}", "posterior mean ± 2 std, 5 function draws",
+              os.path.join(out, "sine_PathwiseGPSampler.png"))
 
     n, n_sub = size["sparse_rows"], size["sklearn_rows"]
     X, y = make_friedman1(n_samples=n + 1000, n_features=5, noise=1.0, random_state=0)
@@ -378,16 +384,10 @@ def dkp_demo(out, rows, size):
     grid = np.linspace(-1, 5, 300)[:, None]
     dkp = DeepKernelProcessRegressor(max_iter=size["dkp_sweeps"]).fit(X, y)
     mean, std = dkp.predict(grid, return_std=True)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.fill_between(grid[:, 0], mean - 2 * std, mean + 2 * std, alpha=0.25,
-                    label="mean ± 2 std (noise included)")
-    ax.plot(grid[:, 0], mean, "k", label="predictive mean")
-    ax.plot(grid[:, 0], dkp.sample_y(grid, n_samples=5, random_state=0), lw=0.8)
-    ax.plot(X[:, 0], y, "k.", label="data")
-    ax.set(title=f"DeepKernelProcessRegressor: 2 Wishart layers, {dkp.n_iter_} sweeps",
-           xlabel="x", ylabel="y")
-    ax.legend(loc="lower left", fontsize=8)
-    save(fig, out, "sine_DeepKernelProcessRegressor.png")
+    plot_sine(X, y, grid, mean, std, dkp.sample_y(grid, n_samples=5, random_state=0),
+              f"DeepKernelProcessRegressor: 2 Wishart layers, {dkp.n_iter_} sweeps",
+              "predictive mean ± 2 std (noise included), 5 draws",
+              os.path.join(out, "sine_DeepKernelProcessRegressor.png"))
 
 
 # ---------------------------------------------------------------- deep Q-EPs, KEP-SVGP, sDRD
