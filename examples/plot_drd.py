@@ -22,9 +22,9 @@ Run as a script with ``python examples/plot_drd.py [--out FOLDER]``; each sDRD f
 tens of seconds on one CPU thread.  With ``SKGPX_EXAMPLE_SIZE=small`` in the environment the
 problems are smaller (100 coefficients from 60 rows, a 10 x 10 image from 80 rows) and sDRD
 stops after 20 outer iterations, which it reports with a ``ConvergenceWarning``.
-``demo.py`` imports the functions defined here and runs the full 1-D problem; the cells that
-run the example are under ``if __name__ == "__main__":`` so that importing this file runs
-nothing.
+``demo.py`` imports the functions defined here and runs the 1-D problem (fewer iterations);
+the cells that run the example are under ``if __name__ == "__main__":`` so that importing
+this file runs nothing.
 """
 import argparse
 import os

@@ -13,9 +13,9 @@ well their confidence tracks their accuracy on the held-out 30 %.
 Run as a script with ``python examples/plot_kepsvgp.py [--out FOLDER]`` (100 epochs; ``--epochs``
 changes them).  With ``SKGPX_EXAMPLE_SIZE=small`` in the environment both models train for 15
 epochs only: they are then far from converged (lower accuracy, different calibration).
-``demo.py`` imports the functions defined here (and runs them with 60 epochs); the cells that
-run the example are under ``if __name__ == "__main__":`` so that importing this file runs
-nothing.
+``demo.py`` imports the split and the plot defined here (and trains one block for fewer
+epochs); the cells that run the example are under ``if __name__ == "__main__":`` so that
+importing this file runs nothing.
 """
 import argparse
 import os

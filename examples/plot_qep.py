@@ -16,7 +16,7 @@ Run as a script with ``python examples/plot_qep.py [--out FOLDER]``: the paper's
 take a few minutes on one CPU thread (``--epochs`` changes them).  With
 ``SKGPX_EXAMPLE_SIZE=small`` in the environment both problems are fitted for 60 epochs only,
 which gives rougher fits.  ``demo.py`` imports the functions defined here (and runs them with
-300 epochs); the cells that run the example are under ``if __name__ == "__main__":`` so that
+fewer epochs); the cells that run the example are under ``if __name__ == "__main__":`` so that
 importing this file runs nothing.
 """
 import argparse
