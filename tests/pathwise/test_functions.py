@@ -252,3 +252,76 @@ def test_feature_major_evaluation_equals_the_feature_matrix(config):
         np.testing.assert_allclose(f(Xq[s])[:, s], batched[s], rtol=0, atol=1e-12)
     Xt = torch.tensor(Xq[0], requires_grad=True)
     np.testing.assert_allclose(f(Xt).detach().numpy(), f(Xq[0]), rtol=0, atol=1e-12)
+
+
+def _far_from_home_draws(config):
+    """Draws of a 2-D fit whose query rows span several evaluation blocks (batch_size=196:
+    blocks of 192 rows, 176 of them query rows), one row so far out that its phases go
+    past the one-pass cos/sin reduction."""
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, (60, 2))
+    y = np.sin(2 * X[:, 0]) * X[:, 1] + 0.1 * rng.standard_normal(60)
+    params = dict(sparse=dict(n_inducing=13), exact=dict(feature_map="cosine", n_features=63))
+    est = PathwiseGPSampler(ConstantKernel(2.0) * RBF([0.6, 0.9]) + WhiteKernel(0.01),
+                            optimizer=None, batch_size=196, random_state=0, **params[config])
+    f = est.fit(X, y).sample_functions(3, random_state=1)
+    Xq = rng.uniform(-3, 3, (600, 2))
+    Xq[301] = [3e7, -2e7]
+    return f, Xq
+
+
+def assert_values_independent_of_the_split(config):
+    f, Xq = _far_from_home_draws(config)
+    whole = f(Xq)
+    assert np.isfinite(whole).all()
+    # single rows around a block boundary and the far row, then pieces that end on, before
+    # and after every block boundary (176 k rows)
+    for a in [*range(170, 180), *range(296, 306)]:
+        np.testing.assert_array_equal(f(Xq[a : a + 1]), whole[a : a + 1], err_msg=f"row {a}")
+    for size in (7, 175, 176, 177, 191, 192, 193, 353):
+        pieces = np.concatenate([f(Xq[a : a + size]) for a in range(0, len(Xq), size)])
+        np.testing.assert_array_equal(pieces, whole, err_msg=f"pieces of {size} rows")
+    order = np.random.RandomState(2).permutation(len(Xq))
+    np.testing.assert_array_equal(f(Xq[order]), whole[order])
+    np.testing.assert_array_equal(f(np.vstack([Xq[:301], Xq[302:]])),
+                                  np.vstack([whole[:301], whole[302:]]))  # without the far row
+    np.testing.assert_array_equal(f.values(torch.from_numpy(Xq[5:400])).numpy()[..., 0],
+                                  whole[5:400])  # (n, S, T) with T = 1
+
+
+@pytest.mark.parametrize("numba", ["numba", "torch cos/sin"])
+@pytest.mark.parametrize("config", ["sparse", "exact"])
+def test_a_value_does_not_depend_on_the_rows_evaluated_with_it(config, numba, monkeypatch):
+    # f(X) promises the same bits at a point whichever rows come with it: no product or
+    # elementwise pass may round a row differently for its place in a block, its block's
+    # length, or a neighbour (the far row once sent its whole block to torch's cos/sin)
+    from skgpx import _trig
+
+    if numba == "numba":
+        assert _trig._kernel() is not None, "numba is missing: pip install skgpx[fast]"
+    else:
+        monkeypatch.setattr(_trig, "_kernel", lambda: None)
+    assert_values_independent_of_the_split(config)
+
+
+def test_a_value_does_not_depend_on_the_rows_evaluated_with_it_under_mkl_avx2():
+    # MKL's AVX2 code (what an AVX2-only CPU runs) finishes a product's last columns with
+    # other code, rounding them differently; MKL_CBWR selects that code on any x86 CPU
+    # that has AVX2, and must be set before MKL loads: a fresh interpreter (torch's cos
+    # and sin, so that only the products can differ)
+    import os
+    import subprocess
+    import sys
+
+    if "mkl" not in torch.__config__.show().lower():
+        pytest.skip("torch is not built with MKL")
+    env = {**os.environ, "MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+           "SKGPX_DISABLE_NUMBA": "1"}
+    code = ("from tests.pathwise.test_functions import assert_values_independent_of_the_split"
+            " as check; check('sparse'); check('exact')")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
