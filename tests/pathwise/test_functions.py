@@ -325,3 +325,43 @@ def test_a_value_does_not_depend_on_the_rows_evaluated_with_it_under_mkl_avx2():
     run = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_values_are_as_accurate_as_the_draws_own_sums_allow():
+    # A value is sum_i w_i phi_i(x) + sum_j v_j k(x, z_j); the sparse update's weights can
+    # be large (|v| ~ 1/eigenvalues of Kzz) and cancel, so a float64 evaluation can only
+    # be within a few eps * (sum_i |w_i phi_i| + sum_j |v_j k_j|) of the exact value: each
+    # term is rounded (cos/sin within 2.3e-16 absolutely, k within a few ulp) and summed.
+    # The reference evaluates the same stored state in 80-bit long double.
+    if np.finfo(np.longdouble).eps > 1e-18:
+        pytest.skip("long double is not wider than double on this platform")
+    f, Xq = _far_from_home_draws("sparse")
+    Xq = np.delete(Xq, 301, axis=0)  # the far row has no accurate reference phase
+    ld = np.longdouble
+
+    def wide(t):
+        return t.detach().cpu().numpy().astype(ld)
+
+    (block,) = f._features.blocks
+    phase = (Xq.astype(ld) - wide(block.shift)) @ wide(block.frequencies[0]).T
+    phi = ld(block.scale) * np.concatenate([np.cos(phase), np.sin(phase)], 1)
+    Z, V = wide(f.centers_), wide(f.update_weights_).reshape(len(f.centers_), -1)
+    # the fit's signal, optimizer=None: ConstantKernel(2.0) * RBF([0.6, 0.9])
+    diff = (Xq.astype(ld)[:, None, :] - Z[None]) / np.array([0.6, 0.9], dtype=ld)
+    K = ld(2.0) * np.exp(-0.5 * (diff * diff).sum(-1))
+    W = wide(f.prior_weights_[0])
+    exact = wide(f._y_mean) + wide(f._y_std) * (phi @ W + K @ V)
+    size = wide(f._y_std) * (np.abs(phi) @ np.abs(W) + np.abs(K) @ np.abs(V))
+    assert size.max() > 10 * np.abs(exact).max()  # the sums do cancel
+    eps = np.finfo(np.float64).eps
+    for numba in (True, False):
+        from skgpx import _trig
+
+        kernel_of = _trig._kernel
+        try:
+            if not numba:
+                _trig._kernel = lambda: None
+            for got in (f(Xq), np.concatenate([f(Xq[a : a + 7]) for a in range(0, len(Xq), 7)])):
+                assert (np.abs(got - exact) <= 8 * eps * size).all()
+        finally:
+            _trig._kernel = kernel_of
