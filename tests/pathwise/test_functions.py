@@ -306,6 +306,7 @@ def test_a_value_does_not_depend_on_the_rows_evaluated_with_it(config, numba, mo
     assert_values_independent_of_the_split(config)
 
 
+@pytest.mark.slow  # a fresh interpreter: 15 s
 def test_a_value_does_not_depend_on_the_rows_evaluated_with_it_under_mkl_avx2():
     # MKL's AVX2 code (what an AVX2-only CPU runs) finishes a product's last columns with
     # other code, rounding them differently; MKL_CBWR selects that code on any x86 CPU
