@@ -257,17 +257,20 @@ def test_feature_major_evaluation_equals_the_feature_matrix(config):
 def _far_from_home_draws(config):
     """Draws of a 2-D fit whose query rows span several evaluation blocks (batch_size=196:
     blocks of 192 rows, 176 of them query rows), one row so far out that its phases go
-    past the one-pass cos/sin reduction."""
+    past the one-pass cos/sin reduction.  "spread": the sparse fit on data spanning 200
+    length scales, whose cross-kernel blocks are formed from differences."""
     from sklearn.gaussian_process.kernels import RBF, WhiteKernel
 
     rng = np.random.RandomState(0)
     X = rng.uniform(-2, 2, (60, 2))
     y = np.sin(2 * X[:, 0]) * X[:, 1] + 0.1 * rng.standard_normal(60)
-    params = dict(sparse=dict(n_inducing=13), exact=dict(feature_map="cosine", n_features=63))
+    spread = 30.0 if config == "spread" else 1.0
+    params = dict(sparse=dict(n_inducing=13), spread=dict(n_inducing=13),
+                  exact=dict(feature_map="cosine", n_features=63))
     est = PathwiseGPSampler(ConstantKernel(2.0) * RBF([0.6, 0.9]) + WhiteKernel(0.01),
                             optimizer=None, batch_size=196, random_state=0, **params[config])
-    f = est.fit(X, y).sample_functions(3, random_state=1)
-    Xq = rng.uniform(-3, 3, (600, 2))
+    f = est.fit(spread * X, y).sample_functions(3, random_state=1)
+    Xq = spread * rng.uniform(-3, 3, (600, 2))
     Xq[301] = [3e7, -2e7]
     return f, Xq
 
@@ -292,7 +295,7 @@ def assert_values_independent_of_the_split(config):
 
 
 @pytest.mark.parametrize("numba", ["numba", "torch cos/sin"])
-@pytest.mark.parametrize("config", ["sparse", "exact"])
+@pytest.mark.parametrize("config", ["sparse", "spread", "exact"])
 def test_a_value_does_not_depend_on_the_rows_evaluated_with_it(config, numba, monkeypatch):
     # f(X) promises the same bits at a point whichever rows come with it: no product or
     # elementwise pass may round a row differently for its place in a block, its block's
@@ -321,7 +324,7 @@ def test_a_value_does_not_depend_on_the_rows_evaluated_with_it_under_mkl_avx2():
     env = {**os.environ, "MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
            "SKGPX_DISABLE_NUMBA": "1"}
     code = ("from tests.pathwise.test_functions import assert_values_independent_of_the_split"
-            " as check; check('sparse'); check('exact')")
+            " as check; check('sparse'); check('spread'); check('exact')")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     run = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
                          text=True, timeout=300)
@@ -366,3 +369,33 @@ def test_values_are_as_accurate_as_the_draws_own_sums_allow():
                 assert (np.abs(got - exact) <= 8 * eps * size).all()
         finally:
             _trig._kernel = kernel_of
+
+
+@pytest.mark.parametrize("name", ["rbf", "matern32"])
+def test_update_kernel_keeps_its_digits_when_data_span_many_length_scales(name):
+    # The update part of a sparse draw is sum_j v_j k(x, z_j).  Over data spanning 170
+    # length scales, |x'|^2 + |z'|^2 - 2 x'.z' rounded k(x, z) to 1e-12 relative (7000
+    # eps); from the differences x - z it is within eps (1 + r^2) of the exact value.
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+
+    from skgpx.pathwise._sparse import stationary_cross
+
+    if np.finfo(np.longdouble).eps > 1e-18:
+        pytest.skip("long double is not wider than double on this platform")
+    rng = np.random.RandomState(0)
+    X = rng.uniform(0, 50, (300, 2))
+    y = np.sin(X[:, 0] / 0.3) + 0.1 * rng.standard_normal(300)
+    base = RBF(0.3, "fixed") if name == "rbf" else Matern(0.3, "fixed", nu=1.5)
+    est = PathwiseGPSampler(ConstantKernel(1.0, "fixed") * base + WhiteKernel(0.01, "fixed"),
+                            n_inducing=40, optimizer=None, random_state=0).fit(X, y)
+    f = est.sample_functions(2, random_state=0)
+    Xq = rng.uniform(0, 50, (2000, 2))
+    got = stationary_cross(f._kernel, f._theta, f.centers_).block(torch.from_numpy(Xq)).numpy()
+    diff = Xq.astype(np.longdouble)[None] - f.centers_.numpy().astype(np.longdouble)[:, None]
+    r = np.sqrt((diff * diff).sum(-1)) / np.longdouble(0.3)
+    exact = np.exp(-r * r / 2) if name == "rbf" else (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r)
+    eps = np.finfo(np.float64).eps
+    normal = exact > 1e-290  # float64 underflows below
+    assert normal.mean() > 0.1
+    error = np.abs(got - exact)[normal]
+    assert (error <= 4 * eps * (1 + r * r)[normal] * exact[normal]).all()
