@@ -24,7 +24,10 @@ k%4   sin(a)     cos(a)
 
 ``r`` is formed with pi/2 split into three parts (Cody and Waite): the first two
 carry 30 significant bits, so ``k`` times either is exact for ``|k| < 2**23``; past
-``|a| = 2**22`` (and for inf or NaN) the whole block goes to torch.  The polynomials are
+``|a| = 2**22`` (and for inf or NaN) torch recomputes that value.  Every value depends on its
+own phase only, never on the other phases of the call: the vectorised loop is elementwise
+and a far phase sends only itself to torch, so a function draw keeps its bits whichever
+rows it is evaluated with.  The polynomials are
 the Taylor series to ``r**17`` (sine) and ``r**16`` (cosine), whose truncation errors on
 ``|r| <= pi/4`` are below 1e-19 and 2e-18.  The results are within 2 ulp of NumPy's and
 within 2.3e-16 absolutely (the tests check both, next to the quadrant boundaries too).
@@ -85,15 +88,14 @@ def _build_kernel():
     @numba.njit(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
     def kernel(phases, out):
         B, P, n = phases.shape
+        far = 0.0
         for row in range(B * P):
             b, p = row // P, row % P
             arg, cos_row, sin_row = phases[b, p], out[b, p], out[b, P + p]
-            far = 0.0  # its own loop: a flag set in the next one stops vectorisation
+            # its own loop: a flag set in the next one stops vectorisation
             for i in range(n):
                 far += 0.0 if abs(arg[i]) <= limit else 1.0  # NaN counts as far
-            if far > 0.0:  # the caller recomputes the whole batch
-                return True
-            for i in range(n):
+            for i in range(n):  # far values come out wrong here; the caller redoes them
                 v = arg[i]
                 k = np.floor(v * two_over_pi + 0.5)
                 r = ((v - k * p1) - k * p2) - k * p3
@@ -108,7 +110,7 @@ def _build_kernel():
                 flip_cos = odd + half - 2.0 * odd * half  # 1 for q in {1, 2}
                 sin_row[i] = (1.0 - 2.0 * half) * (odd * cos_r + (1.0 - odd) * sin_r)
                 cos_row[i] = (1.0 - 2.0 * flip_cos) * (odd * sin_r + (1.0 - odd) * cos_r)
-        return False
+        return far
 
     return kernel
 
@@ -143,9 +145,10 @@ def cos_sin_rows(phases, out):
     -----
     Contiguous float64 CPU tensors without autograd, with torch on one thread, go
     through the one-pass kernel of this module when numba is installed; anything else
-    (float32, CUDA, a strided view, a phase beyond ``2**22`` in magnitude, inf or NaN,
-    several torch threads) through ``torch.cos`` and ``torch.sin``.  The two routes
-    agree to 2 ulp.  Several threads go to torch because its parallel loops run on its
+    (float32, CUDA, a strided view, several torch threads) through ``torch.cos`` and
+    ``torch.sin``, and so does each phase beyond ``2**22`` in magnitude, inf or NaN (that
+    value alone).  The two routes agree to 2 ulp; either way a value depends on its own
+    phase only.  Several threads go to torch because its parallel loops run on its
     own pool: a second pool beside it measured no faster on two cores.  A batch is one
     call of the kernel (independent bases have one small matrix per path: a call per
     matrix cost 16 us of Python each).
@@ -156,9 +159,13 @@ def cos_sin_rows(phases, out):
             and torch.get_num_threads() == 1)
     kernel = _kernel() if fast else None
     P, n = phases.shape[-2:]
-    if kernel is not None and not kernel(phases.numpy().reshape(-1, P, n),
-                                         out.numpy().reshape(-1, 2 * P, n)):
+    if kernel is None:
+        torch.cos(phases, out=out[..., :P, :])
+        torch.sin(phases, out=out[..., P:, :])
         return out
-    torch.cos(phases, out=out[..., :P, :])
-    torch.sin(phases, out=out[..., P:, :])
+    if kernel(phases.numpy().reshape(-1, P, n), out.numpy().reshape(-1, 2 * P, n)):
+        far = ~(phases.abs() <= _LIMIT)  # NaN too
+        values = phases[far]
+        out[..., :P, :][far] = torch.cos(values)
+        out[..., P:, :][far] = torch.sin(values)
     return out

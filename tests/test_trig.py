@@ -48,13 +48,36 @@ def test_signs_and_zeros_at_exact_quadrants(kernel):
 
 
 @pytest.mark.parametrize("bad", [2.0 ** 23, -1e300, np.inf, np.nan])
-def test_phases_past_the_reduction_go_to_torch(kernel, bad):
+def test_a_phase_past_the_reduction_goes_to_torch_alone(kernel, bad):
     phases = torch.linspace(-3, 3, 200, dtype=torch.float64).reshape(2, 100)
+    clean = cos_sin_rows(phases, torch.empty(4, 100, dtype=torch.float64))
     phases[1, 57] = bad
     out = cos_sin_rows(phases, torch.empty(4, 100, dtype=torch.float64))
     want = torch.cat([torch.cos(phases), torch.sin(phases)])
-    assert torch.equal(out.isnan(), want.isnan())
-    assert torch.equal(out.nan_to_num(), want.nan_to_num())  # torch's bits, not the kernel's
+    far = torch.zeros(4, 100, dtype=torch.bool)
+    far[[1, 3], 57] = True
+    # torch's bits at the far phase (NaN where torch gives NaN) ...
+    assert torch.equal(out[far].isnan(), want[far].isnan())
+    assert torch.equal(out[far].nan_to_num(), want[far].nan_to_num())
+    # ... and the kernel's everywhere else, as if the far phase were not there
+    assert torch.equal(out[~far], clean[~far])
+    assert not torch.equal(out[~far], want[~far])
+
+
+def test_each_value_depends_on_its_own_phase_only(kernel):
+    # the same phase gives the same bits at any position of any length of row: the
+    # vectorised body, its remainder and the torch fallback never mix across values
+    rng = np.random.default_rng(1)
+    phases = torch.from_numpy(rng.uniform(-200.0, 200.0, size=(3, 300)))
+    phases[1, 150] = 2.0 ** 23  # a far phase among them
+    whole = cos_sin_rows(phases, torch.empty(6, 300, dtype=torch.float64))
+    for start, stop in [(0, 1), (5, 6), (0, 7), (3, 70), (149, 152), (1, 299), (37, 300)]:
+        part = phases[:, start:stop].contiguous()
+        got = cos_sin_rows(part, torch.empty(6, stop - start, dtype=torch.float64))
+        assert torch.equal(got, whole[:, start:stop]), (start, stop)
+    shuffled = rng.permutation(300)
+    got = cos_sin_rows(phases[:, shuffled].contiguous(), torch.empty(6, 300, dtype=torch.float64))
+    assert torch.equal(got, whole[:, shuffled])
 
 
 def test_other_dtypes_devices_and_layouts_take_the_torch_route(kernel):
@@ -90,14 +113,12 @@ def test_input_is_not_modified(kernel):
 
 
 def test_a_batch_equals_its_matrices_one_by_one(kernel):
-    # one kernel call for (B, P, n): the same bits as B calls on (P, n); a far phase in
-    # any matrix sends the whole batch to torch
+    # one kernel call for (B, P, n): the same bits as B calls on (P, n), with a far
+    # phase in one matrix too (it alone goes to torch)
     phases = torch.randn(5, 3, 70, dtype=torch.float64) * 20
+    phases[3, 1, 9] = 2.0 ** 23
     batch = cos_sin_rows(phases, torch.empty(5, 6, 70, dtype=torch.float64))
     for b in range(5):
         alone = cos_sin_rows(phases[b], torch.empty(6, 70, dtype=torch.float64))
         assert torch.equal(batch[b], alone)
     assert not torch.equal(batch, torch.cat([torch.cos(phases), torch.sin(phases)], 1))
-    phases[3, 1, 9] = 2.0 ** 23
-    batch = cos_sin_rows(phases, torch.empty(5, 6, 70, dtype=torch.float64))
-    assert torch.equal(batch, torch.cat([torch.cos(phases), torch.sin(phases)], 1))

@@ -20,6 +20,14 @@ from .._base import loadable_device, rows_per_chunk, state_to_device, to_numpy
 from ._features import Buffers
 from ._sparse import stationary_cross
 
+# Rows of an evaluation block come in multiples of this: every SIMD width and the BLAS
+# register tiles of 4, 8, 12, 16, 24 or 64 doubles divide it, so no vectorised loop has a
+# remainder and no product an edge tile ...
+_ROW_ALIGN = 192
+# ... and the last rows of a block are padding anyway, for BLAS kernels that finish a
+# product with other code regardless (wider than the widest such edge measured, 7 rows).
+_TAIL_ROWS = 16
+
 
 def sklearn_layout(values, squeeze):
     """(n, S, T) draws -> scikit-learn's ``sample_y`` layout (n, T, S), or (n, S)."""
@@ -32,7 +40,9 @@ class PathwiseFunctions:
 
     Returned by :meth:`skgpx.PathwiseGPSampler.sample_functions`; do not build it
     directly.  Calls are pure functions of the stored state: the same path gives the
-    same value at the same point, whichever other points it is evaluated with.
+    same value at the same point, to the bit, whichever other points it is evaluated
+    with and however they are split (numpy input, or tensors without autograd, on one
+    machine with one thread setting; see :meth:`_fill_blocks`).
 
     Attributes
     ----------
@@ -119,7 +129,8 @@ class PathwiseFunctions:
         return out
 
     def _latent_into(self, X, out, buffers):
-        """``_latent`` in target units, without autograd, written into ``out`` (n, S, T).
+        """``_latent`` in target units, without autograd, at the first ``len(out)`` rows
+        of the block ``X``, written into ``out`` (r, S, T).
 
         Everything is formed transposed, (S*T, n): the feature part by
         :meth:`RandomFeatures.accumulate_transposed`, the update as ``V^T k(C, X)`` with
@@ -143,16 +154,21 @@ class PathwiseFunctions:
             else:  # in a reused buffer: a fresh block per chunk cost 3.5x its product
                 K_cx = cross.block(X, out=buffers.get("cross", (self._centers.shape[0], n), X))
             flat.addmm_(V_t, K_cx)
+        rows = out.shape[0]
         # target units in place, while the block is in cache (fresh tensors for the
         # affine map cost about 5 % of a draw at a million points)
-        flat.view(S, T, n).mul_(self._y_std[:, None]).add_(self._y_mean[:, None])
-        out.copy_(flat.T.view(n, S, T))
+        values = flat[:, :rows].view(S, T, rows)
+        values.mul_(self._y_std[:, None]).add_(self._y_mean[:, None])
+        out.copy_(values.permute(2, 0, 1))
 
-    def _rows_per_chunk(self):
+    def _block_rows(self):
+        """Rows of every evaluation block: the memory budget's rows rounded down to a
+        multiple of ``_ROW_ALIGN``, and at least ``_ROW_ALIGN``."""
         B, F, _ = self._prior_weights.shape
         N = 0 if self._centers is None else self._centers.shape[0]
         width = B * F + N + self.n_samples * self.n_targets
-        return rows_per_chunk(self._batch_size, width, self.device)
+        rows = rows_per_chunk(self._batch_size, width, self.device)
+        return max(1, rows // _ROW_ALIGN) * _ROW_ALIGN
 
     def __call__(self, X):
         """Evaluate every path at every row of X.
@@ -176,54 +192,54 @@ class PathwiseFunctions:
             return sklearn_layout(self.values(Xt), self._squeeze)
         return self._evaluate_aligned(Xt, 0)
 
-    def _evaluate_aligned(self, Xt, row_offset):
-        """Numpy values at ``Xt``, whose first row is row ``row_offset`` of a larger array
-        (see :meth:`_fill_aligned`).  Blocks are written straight into the result (cast to
-        float64 and brought to the host on the way), so the draws are held once."""
+    def _evaluate_aligned(self, Xt, row_offset=0):
+        """Numpy values at ``Xt``, written block by block straight into the result (cast to
+        float64 and brought to the host on the way), so the draws are held once.
+
+        ``row_offset`` (where ``Xt`` starts in a larger array) is accepted for callers
+        that split an array, and not needed: a row's value does not depend on where it
+        sits (see :meth:`_fill_blocks`)."""
         n, S, T = Xt.shape[0], self.n_samples, self.n_targets
         out = np.empty((n, S) if self._squeeze else (n, T, S))
         view = torch.from_numpy(out)  # (n, S, T) view of scikit-learn's layout
-        self._fill_aligned(Xt, row_offset, view.unsqueeze(-1) if self._squeeze
-                           else view.transpose(1, 2))
+        self._fill_blocks(Xt, view.unsqueeze(-1) if self._squeeze else view.transpose(1, 2))
         return out
 
-    def _fill_aligned(self, Xt, row_offset, dest):
-        """Write the values at ``Xt`` into ``dest`` (n, S, T) over fixed-size blocks,
-        without autograd.
+    def _fill_blocks(self, Xt, dest):
+        """Write the values at ``Xt`` into ``dest`` (n, S, T), without autograd.
 
-        The blocks are aligned to multiples of the block size in the larger array that
-        ``Xt`` starts at row ``row_offset`` of, and the partial blocks at either end are
-        padded with zero rows: every matrix product then has the same shape and each
-        row the same position in it however the array was split, so a row's value is
-        the same bits whatever the chunking (BLAS may sum in another order for another
-        shape).  The padding costs at most two blocks per call.
+        Every block has the same shape, ``_block_rows()`` rows, and carries query rows
+        only in its first ``_block_rows() - _TAIL_ROWS``; the rest is zero padding.  So
+        every product and elementwise pass has one shape, and a query row never sits in
+        the last columns of a product, where BLAS finishes a block with other code
+        (measured: MKL's AVX2 branch rounds the last up to 7 of ``n`` columns
+        differently from the others).  Elsewhere each column of a product is the same
+        arithmetic on that column alone, and the elementwise passes are lane-wise, so a
+        row's value is the same bits whatever the rows around it, however ``X`` is
+        split, in whatever order.  The padding costs ``_TAIL_ROWS`` rows per block.
         """
-        n, S, T = Xt.shape[0], self.n_samples, self.n_targets
-        step = self._rows_per_chunk()
+        n = Xt.shape[0]
+        step = self._block_rows()
+        window = step - _TAIL_ROWS
         buffers = Buffers()
-        latent = padded = None
+        block = Xt.new_zeros(step, Xt.shape[1])
         with torch.no_grad():
-            for lo in range(-(row_offset % step), n, step):
-                a, b = max(lo, 0), min(lo + step, n)
-                if b - a == step:
-                    self._latent_into(Xt[a:b], dest[a:b], buffers)
-                    continue
-                if padded is None:
-                    padded = Xt.new_zeros(step, Xt.shape[1])
-                    latent = Xt.new_empty(step, S, T)
-                padded.zero_()
-                padded[a - lo : b - lo] = Xt[a:b]
-                self._latent_into(padded, latent, buffers)
-                dest[a:b] = latent[a - lo : b - lo]
+            for a in range(0, n, window):
+                b = min(a + window, n)
+                block[: b - a] = Xt[a:b]
+                if b - a < window:
+                    block[b - a :] = 0.0
+                self._latent_into(block, dest[a:b], buffers)
 
     def values(self, X):
         """Path values at a 2-D tensor ``X`` in target units, shape (n, S, T).
 
-        Differentiable with respect to ``X`` when autograd is on and ``X`` requires it;
-        otherwise by the aligned blocks of :meth:`_fill_aligned`.
+        Differentiable with respect to ``X`` when autograd is on and ``X`` requires it
+        (values then agree with the other route to rounding, not to the bit); otherwise
+        by the fixed blocks of :meth:`_fill_blocks`.
         """
         if torch.is_grad_enabled() and X.requires_grad:
-            step = self._rows_per_chunk()
+            step = self._block_rows()
             # one preallocated output (see _predict._prior_at: per-chunk lists fragment
             # the heap)
             latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
@@ -231,7 +247,7 @@ class PathwiseFunctions:
                 latent[i : i + step] = self._latent(X[i : i + step])
             return self._y_mean + self._y_std * latent
         out = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
-        self._fill_aligned(X, 0, out)
+        self._fill_blocks(X, out)
         return out
 
     def evaluate_batched(self, Xb):

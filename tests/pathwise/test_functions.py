@@ -252,3 +252,150 @@ def test_feature_major_evaluation_equals_the_feature_matrix(config):
         np.testing.assert_allclose(f(Xq[s])[:, s], batched[s], rtol=0, atol=1e-12)
     Xt = torch.tensor(Xq[0], requires_grad=True)
     np.testing.assert_allclose(f(Xt).detach().numpy(), f(Xq[0]), rtol=0, atol=1e-12)
+
+
+def _far_from_home_draws(config):
+    """Draws of a 2-D fit whose query rows span several evaluation blocks (batch_size=196:
+    blocks of 192 rows, 176 of them query rows), one row so far out that its phases go
+    past the one-pass cos/sin reduction.  "spread": the sparse fit on data spanning 200
+    length scales, whose cross-kernel blocks are formed from differences."""
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, (60, 2))
+    y = np.sin(2 * X[:, 0]) * X[:, 1] + 0.1 * rng.standard_normal(60)
+    spread = 30.0 if config == "spread" else 1.0
+    params = dict(sparse=dict(n_inducing=13), spread=dict(n_inducing=13),
+                  exact=dict(feature_map="cosine", n_features=63))
+    est = PathwiseGPSampler(ConstantKernel(2.0) * RBF([0.6, 0.9]) + WhiteKernel(0.01),
+                            optimizer=None, batch_size=196, random_state=0, **params[config])
+    f = est.fit(spread * X, y).sample_functions(3, random_state=1)
+    Xq = spread * rng.uniform(-3, 3, (600, 2))
+    Xq[301] = [3e7, -2e7]
+    return f, Xq
+
+
+def assert_values_independent_of_the_split(config):
+    f, Xq = _far_from_home_draws(config)
+    whole = f(Xq)
+    assert np.isfinite(whole).all()
+    # single rows around a block boundary and the far row, then pieces that end on, before
+    # and after every block boundary (176 k rows)
+    for a in [*range(170, 180), *range(296, 306)]:
+        np.testing.assert_array_equal(f(Xq[a : a + 1]), whole[a : a + 1], err_msg=f"row {a}")
+    for size in (7, 175, 176, 177, 191, 192, 193, 353):
+        pieces = np.concatenate([f(Xq[a : a + size]) for a in range(0, len(Xq), size)])
+        np.testing.assert_array_equal(pieces, whole, err_msg=f"pieces of {size} rows")
+    order = np.random.RandomState(2).permutation(len(Xq))
+    np.testing.assert_array_equal(f(Xq[order]), whole[order])
+    np.testing.assert_array_equal(f(np.vstack([Xq[:301], Xq[302:]])),
+                                  np.vstack([whole[:301], whole[302:]]))  # without the far row
+    np.testing.assert_array_equal(f.values(torch.from_numpy(Xq[5:400])).numpy()[..., 0],
+                                  whole[5:400])  # (n, S, T) with T = 1
+
+
+@pytest.mark.parametrize("numba", ["numba", "torch cos/sin"])
+@pytest.mark.parametrize("config", ["sparse", "spread", "exact"])
+def test_a_value_does_not_depend_on_the_rows_evaluated_with_it(config, numba, monkeypatch):
+    # f(X) promises the same bits at a point whichever rows come with it: no product or
+    # elementwise pass may round a row differently for its place in a block, its block's
+    # length, or a neighbour (the far row once sent its whole block to torch's cos/sin)
+    from skgpx import _trig
+
+    if numba == "numba":
+        assert _trig._kernel() is not None, "numba is missing: pip install skgpx[fast]"
+    else:
+        monkeypatch.setattr(_trig, "_kernel", lambda: None)
+    assert_values_independent_of_the_split(config)
+
+
+@pytest.mark.slow  # a fresh interpreter: 15 s
+def test_a_value_does_not_depend_on_the_rows_evaluated_with_it_under_mkl_avx2():
+    # MKL's AVX2 code (what an AVX2-only CPU runs) finishes a product's last columns with
+    # other code, rounding them differently; MKL_CBWR selects that code on any x86 CPU
+    # that has AVX2, and must be set before MKL loads: a fresh interpreter (torch's cos
+    # and sin, so that only the products can differ)
+    import os
+    import subprocess
+    import sys
+
+    if "mkl" not in torch.__config__.show().lower():
+        pytest.skip("torch is not built with MKL")
+    env = {**os.environ, "MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+           "SKGPX_DISABLE_NUMBA": "1"}
+    code = ("from tests.pathwise.test_functions import assert_values_independent_of_the_split"
+            " as check; check('sparse'); check('spread'); check('exact')")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_values_are_as_accurate_as_the_draws_own_sums_allow():
+    # A value is sum_i w_i phi_i(x) + sum_j v_j k(x, z_j); the sparse update's weights can
+    # be large (|v| ~ 1/eigenvalues of Kzz) and cancel, so a float64 evaluation can only
+    # be within a few eps * (sum_i |w_i phi_i| + sum_j |v_j k_j|) of the exact value: each
+    # term is rounded (cos/sin within 2.3e-16 absolutely, k within a few ulp) and summed.
+    # The reference evaluates the same stored state in 80-bit long double.
+    if np.finfo(np.longdouble).eps > 1e-18:
+        pytest.skip("long double is not wider than double on this platform")
+    f, Xq = _far_from_home_draws("sparse")
+    Xq = np.delete(Xq, 301, axis=0)  # the far row has no accurate reference phase
+    ld = np.longdouble
+
+    def wide(t):
+        return t.detach().cpu().numpy().astype(ld)
+
+    (block,) = f._features.blocks
+    phase = (Xq.astype(ld) - wide(block.shift)) @ wide(block.frequencies[0]).T
+    phi = ld(block.scale) * np.concatenate([np.cos(phase), np.sin(phase)], 1)
+    Z, V = wide(f.centers_), wide(f.update_weights_).reshape(len(f.centers_), -1)
+    # the fit's signal, optimizer=None: ConstantKernel(2.0) * RBF([0.6, 0.9])
+    diff = (Xq.astype(ld)[:, None, :] - Z[None]) / np.array([0.6, 0.9], dtype=ld)
+    K = ld(2.0) * np.exp(-0.5 * (diff * diff).sum(-1))
+    W = wide(f.prior_weights_[0])
+    exact = wide(f._y_mean) + wide(f._y_std) * (phi @ W + K @ V)
+    size = wide(f._y_std) * (np.abs(phi) @ np.abs(W) + np.abs(K) @ np.abs(V))
+    assert size.max() > 10 * np.abs(exact).max()  # the sums do cancel
+    eps = np.finfo(np.float64).eps
+    for numba in (True, False):
+        from skgpx import _trig
+
+        kernel_of = _trig._kernel
+        try:
+            if not numba:
+                _trig._kernel = lambda: None
+            for got in (f(Xq), np.concatenate([f(Xq[a : a + 7]) for a in range(0, len(Xq), 7)])):
+                assert (np.abs(got - exact) <= 8 * eps * size).all()
+        finally:
+            _trig._kernel = kernel_of
+
+
+@pytest.mark.parametrize("name", ["rbf", "matern32"])
+def test_update_kernel_keeps_its_digits_when_data_span_many_length_scales(name):
+    # The update part of a sparse draw is sum_j v_j k(x, z_j).  Over data spanning 170
+    # length scales, |x'|^2 + |z'|^2 - 2 x'.z' rounded k(x, z) to 1e-12 relative (7000
+    # eps); from the differences x - z it is within eps (1 + r^2) of the exact value.
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+
+    from skgpx.pathwise._sparse import stationary_cross
+
+    if np.finfo(np.longdouble).eps > 1e-18:
+        pytest.skip("long double is not wider than double on this platform")
+    rng = np.random.RandomState(0)
+    X = rng.uniform(0, 50, (300, 2))
+    y = np.sin(X[:, 0] / 0.3) + 0.1 * rng.standard_normal(300)
+    base = RBF(0.3, "fixed") if name == "rbf" else Matern(0.3, "fixed", nu=1.5)
+    est = PathwiseGPSampler(ConstantKernel(1.0, "fixed") * base + WhiteKernel(0.01, "fixed"),
+                            n_inducing=40, optimizer=None, random_state=0).fit(X, y)
+    f = est.sample_functions(2, random_state=0)
+    Xq = rng.uniform(0, 50, (2000, 2))
+    got = stationary_cross(f._kernel, f._theta, f.centers_).block(torch.from_numpy(Xq)).numpy()
+    diff = Xq.astype(np.longdouble)[None] - f.centers_.numpy().astype(np.longdouble)[:, None]
+    r = np.sqrt((diff * diff).sum(-1)) / np.longdouble(0.3)
+    exact = np.exp(-r * r / 2) if name == "rbf" else (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r)
+    eps = np.finfo(np.float64).eps
+    normal = exact > 1e-290  # float64 underflows below
+    assert normal.mean() > 0.1
+    error = np.abs(got - exact)[normal]
+    assert (error <= 4 * eps * (1 + r * r)[normal] * exact[normal]).all()
