@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import ConvergenceWarning
 
 from skgpx import (
     DeepKernelProcessRegressor,
@@ -142,3 +143,74 @@ def test_huge_draw_counts_raise_before_allocating(name, method):
         else:
             getattr(model, method)(X, n_samples=10**12)
     assert time.perf_counter() - start < 1.0
+
+
+# Targets whose spread the Student-t or heteroscedastic noise cannot follow: the noise is
+# bounded in the units y is fitted in, so the fit is refused before any torch work, with
+# the rescaling that fits them
+_Y_UNIT = np.random.RandomState(1).normal(size=30)
+
+
+@pytest.mark.parametrize("likelihood", ["student_t", "heteroscedastic"])
+@pytest.mark.parametrize("factor, normalize_y, remedy", [
+    (1e-15, True, "normalize_y=True does not rescale y"),  # std < 10 eps: a constant column
+    (1e-15, False, "Set normalize_y=True"),
+    (1e15, False, "Set normalize_y=True"),
+])
+def test_targets_beyond_the_noise_range_are_refused_before_any_work(
+        likelihood, factor, normalize_y, remedy, monkeypatch):
+    est = PathwiseGPSampler(likelihood=likelihood, n_inducing=8, max_iter=3,
+                            normalize_y=normalize_y, random_state=0)
+
+    def no_tensors(*args, **kwargs):
+        raise AssertionError("torch work started before the targets were checked")
+
+    monkeypatch.setattr(PathwiseGPSampler, "_as_tensor", no_tensors)
+    where = "below" if factor < 1 else "above"
+    with pytest.raises(ValueError, match=rf"likelihood='{likelihood}' cannot fit these "
+                       rf"targets: their spread .* {where} the range") as info:
+        est.fit(X[:, :3], factor * _Y_UNIT)
+    assert remedy in str(info.value) and "divide y by a constant" in str(info.value).lower()
+
+
+@pytest.mark.parametrize("likelihood", ["student_t", "heteroscedastic"])
+@pytest.mark.parametrize("y", [1e15 * _Y_UNIT, np.full(30, 3.0)], ids=["huge", "constant"])
+def test_targets_at_the_extremes_fit_with_normalize_y(likelihood, y):
+    """Huge targets are standardised; constant ones (spread 0) are fitted as the constant."""
+    est = PathwiseGPSampler(likelihood=likelihood, n_inducing=8, max_iter=3,
+                            normalize_y=True, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=ConvergenceWarning)
+        mean, std = est.fit(X[:, :3], y).predict(X[:5, :3], return_std=True)
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+    if np.ptp(y) == 0:
+        np.testing.assert_allclose(mean, 3.0, rtol=0, atol=1e-6)
+
+
+def test_sparse_cross_kernel_is_exact_for_inputs_far_beyond_the_length_scales():
+    """Inputs 1e8 length scales apart: the cross-kernel block and the pullback of a weight
+    on r^2 against scikit-learn's kernel and the pairwise differences (the expansion
+    |z|^2 + |x|^2 - 2 z.x lost every digit there: k(z, z) came out 0, e^+-3 or inf)."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from skgpx.kernels import TorchKernel
+    from skgpx.pathwise._sparse import stationary_cross
+
+    kernel = ConstantKernel(2.0) * RBF([1.0, 0.5, 2.0])
+    torch_kernel = TorchKernel(kernel)
+    theta = torch_kernel.theta_tensor("cpu", torch.float64)
+    rows = X[:, :3] * 1e8
+    Z = torch.tensor(rows[:8])
+    cross = stationary_cross(torch_kernel, theta, Z)
+    Xs = cross.standardised(torch.tensor(rows))
+    np.testing.assert_allclose(cross.block(torch.tensor(rows)).numpy(), kernel(rows[:8], rows),
+                               rtol=1e-12, atol=0)
+    G = torch.tensor(np.random.RandomState(2).normal(size=(8, 30)))
+    weight = torch.ones(30, dtype=torch.float64)
+    d_length, d_Z = cross.pullback(G, weight, Xs, G.sum(0))
+    diff = (cross.Zs[:, None, :] - Xs[None, :, :]).numpy()  # (m, n, d), exact differences
+    spread = np.einsum("ij,ijd->d", G.numpy(), diff ** 2)
+    np.testing.assert_allclose(d_length.numpy(), -2.0 * spread / np.array([1.0, 0.5, 2.0]),
+                               rtol=1e-12)
+    np.testing.assert_allclose(d_Z.numpy(), 2.0 * np.einsum("ij,ijd->id", G.numpy(), diff)
+                               / np.array([1.0, 0.5, 2.0]), rtol=1e-12)

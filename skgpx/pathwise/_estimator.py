@@ -76,9 +76,11 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         noise, as scikit-learn's.  ``"student_t"``: ``y = f(x) + sigma e`` with ``e``
         Student-t distributed with ``nu > 2`` degrees of freedom, robust to gross
         outliers; ``nu`` and ``sigma`` are learned (one pair for all targets).
-        ``"heteroscedastic"``: ``y ~ N(f(x), exp(c + g(x)))`` with the log noise
+        ``"heteroscedastic"``: ``y ~ N(f(x), a + exp(c + g(x)))`` with the log noise
         variance a second GP ``g`` of kernel ``noise_kernel`` around a learned offset
-        ``c``.  Both fit the sparse variational bound (Hensman et al., 2015) by natural
+        ``c``, above the floor ``a = 1e-10`` (in the fitted units of ``y``).  Both refuse
+        targets whose spread their bounded noise cannot follow, naming the rescaling.
+        Both fit the sparse variational bound (Hensman et al., 2015) by natural
         gradient steps on ``q(u)`` with ``optimizer`` on the hyperparameters: on
         ``n_inducing`` inducing points, or with neither ``n_inducing`` nor
         ``inducing_points`` at the training rows themselves (full rank, for small
@@ -86,7 +88,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         apply to them.
     noise_kernel : kernel instance, default=None
         ``likelihood="heteroscedastic"``: the kernel of ``g``; None means
-        ``ConstantKernel() * RBF()``.
+        ``ConstantKernel(1.0, (1e-5, 1e2)) * RBF()`` (the prior variance of a log noise
+        variance bounded, so that ``E[exp(g)]`` stays finite).
     share_inducing : bool, default=True
         ``likelihood="heteroscedastic"``: ``g`` uses the inducing inputs of ``f`` (True)
         or its own, started at the same rows and learned separately (False).
@@ -189,7 +192,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         ``WhiteKernel`` noise but not ``alpha`` (scikit-learn's semantics), ``"latent"``
         adds none, ``"observed"`` adds the ``WhiteKernel`` noise and a scalar ``alpha``.
         A non-Gaussian likelihood's noise is added by all but ``"latent"`` (Student-t:
-        ``sigma^2 nu / (nu - 2)``; heteroscedastic: ``E[exp(c + g(x))]``; in
+        ``sigma^2 nu / (nu - 2)``; heteroscedastic: ``E[a + exp(c + g(x))]``; in
         :meth:`sample_y` draws of it).  :meth:`sample_functions` always draws latent
         functions.
     solver : {"auto", "cholesky", "cg"}, default="auto"
@@ -652,7 +655,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             Also return the predictive covariance (dense, ``n_queries^2``).
         return_noise : bool, default=False
             Also return the standard deviation of the observation noise at X:
-            ``sqrt(E[exp(c + g(x))])`` for ``likelihood="heteroscedastic"``,
+            ``sqrt(E[a + exp(c + g(x))])`` for ``likelihood="heteroscedastic"``,
             ``sigma sqrt(nu / (nu - 2))`` for ``"student_t"``, the square root of the
             ``WhiteKernel`` noise level for ``"gaussian"``.
 

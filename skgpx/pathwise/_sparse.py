@@ -139,6 +139,11 @@ class Rows:
         return function(self.X, self.Y, self.alpha, *args)
 
 
+# largest |z'|^2 of the inducing inputs (z' = (z - c) / l) for which StationaryCross forms
+# r^2 by its expansion: the rounding, ~eps |z'|^2, stays below ~1e-9 in float64
+MAX_EXPANSION_NORM = 1e6
+
+
 class StationaryCross:
     r"""Cross-kernel blocks ``k(Z, X_c) = s kappa(r^2)`` of a stationary signal by one
     matrix product, with the pullback of a weight ``G`` on ``r^2`` in closed form.
@@ -177,12 +182,27 @@ class StationaryCross:
                                         ones], 1)
             else:  # r^2 = [z', |z'|^2, 1] . [-2 x', 1, |x'|^2]
                 self.Z_aug = torch.cat([self.Zs, self.z_norm[:, None], ones], 1)
+            self.log_scale = math.log(self.scale) if self.scale > 0 else -math.inf
+            # the expansion rounds r^2 to about eps (|z'|^2 + |x'|^2), and the entries that
+            # matter (x near some z) have |x'| ~ |z'|: beyond MAX_EXPANSION_NORM (Z over 1e3
+            # length scales from its centre) differences are taken exactly instead (at
+            # 1e16, inputs times 1e8 against unit length scales, k(z, z) came out inf)
+            self.exact = bool(self.z_norm.numel()) and float(
+                self.z_norm.max()) > MAX_EXPANSION_NORM
 
     def standardised(self, X):
         return (X - self.center) / self.length_scale
 
     def _exponent(self, Xs, log_weight=None, out=None):
         """``Z_aug X_aug^T``: the RBF's ``log(s kappa) + log w`` or the Matern's ``r^2``."""
+        if self.exact:
+            E = torch.cdist(self.Zs, Xs, compute_mode="donot_use_mm_for_euclid_dist")
+            E = E.square_()
+            if self.profile == "rbf":
+                E.mul_(-0.5).add_(self.log_scale)
+                if log_weight is not None:
+                    E.add_(log_weight)
+            return E if out is None else out.copy_(E)
         x_norm = (Xs * Xs).sum(1, keepdim=True)
         ones = torch.ones_like(x_norm)
         if self.profile == "rbf":
@@ -241,15 +261,25 @@ class StationaryCross:
         ``G`` is never formed: its row sums and ``G X'`` come from one product of ``GM``
         with ``[weight * X', weight]``, its column sums are ``weight * GM_colsum``.
         """
-        both = matmul(GM, torch.cat([weight[:, None] * Xs, weight[:, None]], 1))
-        GX, row = both[:, :-1], both[:, -1]
-        col = weight * GM_colsum
-        spread = ((self.Zs * self.Zs) * row[:, None]).sum(0) + ((Xs * Xs) * col[:, None]).sum(0)
-        spread = spread - 2.0 * (self.Zs * GX).sum(0)  # (d,)
+        if self.exact:  # sum_ij G_ij (z'_i - x'_j) and its square, feature by feature
+            G = GM * weight
+            spread, pull = Xs.new_empty(Xs.shape[1]), torch.empty_like(self.Zs)
+            for d in range(Xs.shape[1]):
+                D = self.Zs[:, d, None] - Xs[:, d]
+                GD = G * D
+                pull[:, d] = GD.sum(1)
+                spread[d] = (GD * D).sum()
+        else:
+            both = matmul(GM, torch.cat([weight[:, None] * Xs, weight[:, None]], 1))
+            GX, row = both[:, :-1], both[:, -1]
+            col = weight * GM_colsum
+            spread = (((self.Zs * self.Zs) * row[:, None]).sum(0)
+                      + ((Xs * Xs) * col[:, None]).sum(0) - 2.0 * (self.Zs * GX).sum(0))
+            pull = self.Zs * row[:, None] - GX
         d_length = -2.0 * spread / self.length_scale
         if self.length_scale.numel() == 1:
             d_length = d_length.sum().reshape(1)
-        d_Z = 2.0 * (self.Zs * row[:, None] - GX) / self.length_scale
+        d_Z = 2.0 * pull / self.length_scale
         return d_length, d_Z
 
 

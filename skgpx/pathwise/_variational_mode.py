@@ -7,9 +7,14 @@ with the likelihoods of :mod:`~skgpx.pathwise._regression_likelihoods`:
 
 * Student-t: ``y_t = f_t(x) + sigma e``, ``e ~ t_nu``, one latent ``f_t ~ GP(0, k)`` per
   target column, ``nu > 2`` and ``sigma`` learned with the kernel;
-* heteroscedastic: ``y_t ~ N(f_t(x), exp(c + g_t(x)))`` with ``g_t ~ GP(0, k_g)`` (the
-  ``noise_kernel``), its own hyperparameters and inducing inputs (shared with ``f`` or
-  not), and the offset ``c`` learned.
+* heteroscedastic: ``y_t ~ N(f_t(x), a + exp(c + g_t(x)))`` with ``g_t ~ GP(0, k_g)``
+  (the ``noise_kernel``; :func:`default_noise_kernel` when None), its own hyperparameters
+  and inducing inputs (shared with ``f`` or not), the offset ``c`` learned and the floor
+  ``a = 1e-10`` (``_regression_likelihoods.NOISE_FLOOR``).
+
+Both bound their noise in the units ``y`` is fitted in, so targets whose spread lies
+outside what the noise can follow are refused before any torch work
+(:func:`check_target_spread`).
 
 With ``n_inducing`` or ``inducing_points`` the inducing inputs are k-means++ rows (learned
 when ``optimize_inducing``); without, the *full-rank* route puts them at the training rows
@@ -18,8 +23,8 @@ and holds them there, so that ``q(u)`` is the variational posterior of ``f`` at 
 L-BFGS-B route, every pass a sum over their blocks.
 
 Predictive moments of ``y`` at ``x``: ``E[y] = mu_f``, ``Var[y] = v_f + E[noise variance]``,
-``sigma^2 nu / (nu - 2)`` for the Student-t, ``E[exp(c + g)] = exp(c + mu_g + v_g / 2)``
-for the heteroscedastic model.
+``sigma^2 nu / (nu - 2)`` for the Student-t, ``E[a + exp(c + g)] = a + exp(c + mu_g +
+v_g / 2)`` for the heteroscedastic model.
 """
 
 from dataclasses import dataclass
@@ -27,20 +32,34 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sklearn.base import clone
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from .._base import check_memory, rows_per_chunk, to_numpy
 from .._dask import DaskRows, is_dask_collection
-from ..kernels import default_kernel, split_white_noise
+from ..kernels import split_white_noise
 from ._classifier_sparse import restart_kernels
 from ._engine import Mode
 from ._predict import draw_functions
-from ._regression_likelihoods import HeteroscedasticGaussian, StudentT
+from ._regression_likelihoods import NOISE_RANGE, SCALE_RANGE, HeteroscedasticGaussian, StudentT
 from ._sparse import Rows
 from ._sparse_mode import initial_inducing
 from ._svgp_fit import SVGPMode
 
 # the "adam" route's mini-batch when minibatch_size is None
 DEFAULT_MINIBATCH = 1024
+# Bounds on the prior variance of the default noise GP g, a log noise variance.  Where the
+# data leave g free (the noise at the floor: constant targets, rows fitted exactly), the
+# bound prefers a wide prior, and the predictive noise E[exp(c + g)] = exp(c + mu_g + v_g / 2)
+# grows as exp(v_g / 2): scikit-learn's default upper bound 1e5 makes it infinite.  1e2 (a
+# prior sd of 10 in log variance: noise variances e^-20 .. e^20 apart at one sd) is wider
+# than any data need and keeps exp(v_g / 2) <= e^50.
+NOISE_AMPLITUDE_BOUNDS = (1e-5, 1e2)
+
+
+def default_noise_kernel():
+    """The noise GP's kernel when ``noise_kernel`` is None: ``ConstantKernel(1.0,
+    NOISE_AMPLITUDE_BOUNDS) * RBF()``."""
+    return ConstantKernel(1.0, NOISE_AMPLITUDE_BOUNDS) * RBF()
 
 
 def robust_scale(Y):
@@ -51,11 +70,52 @@ def robust_scale(Y):
     return scale if scale > 0 else 1.0
 
 
+def _spread_range(likelihood):
+    """The robust spreads of the targets whose starting noise (half the spread) lies in
+    the likelihood's range: ``2 SCALE_RANGE`` for the Student-t ``sigma``, ``2 sqrt(
+    NOISE_RANGE)`` for the heteroscedastic noise standard deviation ``exp(c / 2)``."""
+    low, high = SCALE_RANGE if likelihood == "student_t" else np.sqrt(NOISE_RANGE)
+    return 2.0 * low, 2.0 * high
+
+
+def check_target_spread(est, Y):
+    """ValueError, before any torch work, for targets whose spread the likelihood's noise
+    cannot follow: its noise parameters are bounded in the units ``y`` is fitted in
+    (normalised with ``normalize_y``), so targets whose spread lies below the smallest
+    noise or far above the largest are a matter of units, and the message says which
+    rescaling fits them."""
+    spread = robust_scale(Y)
+    low, high = _spread_range(est.likelihood)
+    if low <= spread <= high:
+        return spread
+    where = "below" if spread < low else "above"
+    head = (f"likelihood={est.likelihood!r} cannot fit these targets: their spread "
+            f"(1.4826 x median absolute deviation) is {spread:.3g} in the units they are "
+            f"fitted in, {where} the range [{low:g}, {high:g}] that its noise "
+            "model covers (the noise starts at half the spread and is bounded there). ")
+    std = float(np.std(np.asarray(Y, dtype=np.float64), axis=0).max())
+    if not est.normalize_y:
+        fix = ("Set normalize_y=True to fit y in units of its standard deviation, or "
+               "divide y by a constant (for example its standard deviation) before fitting.")
+    elif std < 0.5:  # normalize_y left the columns as they were
+        tiny = 10 * np.finfo(np.float64).eps
+        fix = (f"normalize_y=True does not rescale y: a standard deviation below "
+               f"{tiny:.3g} (10 x machine epsilon) counts as a constant column, as in "
+               "scikit-learn. Divide y by a constant (for example its standard deviation) "
+               "before fitting, and multiply the predictions back.")
+    else:
+        fix = ("Most of y's values are (nearly) tied, so its spread is far below its "
+               "standard deviation; transform y so that its values are spread (for "
+               "example take ranks or a logarithm), or use likelihood='gaussian'.")
+    raise ValueError(head + fix)
+
+
 def make_likelihood(est, Y):
     """The likelihood of ``est.likelihood`` at its starting values for the targets ``Y``:
     a noise scale of half the targets' robust spread (the latent functions explain the
-    rest), ``nu = 4`` for the Student-t."""
-    scale = 0.5 * robust_scale(Y)
+    rest), ``nu = 4`` for the Student-t.  ValueError for targets whose spread the noise
+    model cannot follow (:func:`check_target_spread`)."""
+    scale = 0.5 * check_target_spread(est, Y)
     if est.likelihood == "student_t":
         return StudentT(df=4.0, scale=scale, n_quadrature=est.n_quadrature)
     return HeteroscedasticGaussian(log_noise_offset=2.0 * np.log(scale))
@@ -106,21 +166,21 @@ class VariationalMode(Mode):
         self.n_targets = Y.shape[1]
         dask = is_dask_collection(X)
         if dask:
+            likelihood = make_likelihood(est, np.asarray(Y[: min(X.shape[0], 100_000)]))
             rows = DaskRows(X, Y, 0.0, dtype, device)
             self.dask_rows = (X, Y)
             Z0 = initial_inducing(est, X, rng)
-            likelihood = make_likelihood(est, np.asarray(Y[: min(X.shape[0], 100_000)]))
         else:
+            likelihood = make_likelihood(est, Y)  # checks the targets before any tensor
             X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
             rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
             self.X, self.Y = X_t, Y_t
             shift = X_t.mean(0)
             Z0 = np.asarray(X) if self.full_rank else initial_inducing(est, X, rng)
-            likelihood = make_likelihood(est, Y)
         Z0 = est._as_tensor(Z0, device, dtype)
         groups = None
         if est.likelihood == "heteroscedastic":
-            noise_kernel = default_kernel(fit=True) if est.noise_kernel is None else \
+            noise_kernel = default_noise_kernel() if est.noise_kernel is None else \
                 est.noise_kernel
             groups = [(None, self.n_targets), (clone(noise_kernel), self.n_targets)]
         best = None
@@ -253,4 +313,5 @@ class VariationalMode(Mode):
         return out
 
 
-__all__ = ["VariationalMode", "make_likelihood"]
+__all__ = ["NOISE_AMPLITUDE_BOUNDS", "VariationalMode", "check_target_spread",
+           "default_noise_kernel", "make_likelihood"]

@@ -23,7 +23,8 @@ import scipy.special
 import scipy.stats
 import torch
 
-from skgpx.pathwise._regression_likelihoods import HeteroscedasticGaussian, StudentT
+from skgpx.pathwise._regression_likelihoods import (NOISE_FLOOR, HeteroscedasticGaussian,
+                                                    StudentT)
 
 # (nu, sigma, y - mu, var): narrow (Gauss-Hermite) and wide (sinh rule) marginals, outliers
 # at 30 sigma, var up to 100 sigma^2, nu from 2.1 to 100; the last at v / (nu sigma^2) = 0.2,
@@ -236,7 +237,87 @@ def test_heteroscedastic_expectations_against_dblquad():
     d_mu, d_var = torch.autograd.grad(lik.expectations(Y, mu_, var_)[0].sum(), (mu_, var_))
     assert torch.allclose(g, d_mu, rtol=1e-13, atol=1e-14)
     assert torch.allclose(h, d_var, rtol=1e-13, atol=1e-14)
-    assert bool((h <= 0).all()) and lik.log_concave
+    # far above the noise floor log p is concave (h <= 0); near it, not (next tests)
+    assert bool((h <= 0).all()) and not lik.log_concave
+
+
+def _floored_quad(y, mf, vf, mg, vg, c):
+    """``E_q[log N(y; f, a + e^(c + g))]`` by quad over ``g`` (``f`` integrated in closed
+    form: ``E_f[log N(y; f, s)] = -(log 2 pi s + S / s) / 2``), a break point where
+    ``e^(c + g)`` crosses the floor ``a``."""
+    S, sg, a = (y - mf) ** 2 + vf, math.sqrt(vg), NOISE_FLOOR
+
+    def integrand(gg):
+        s = a + math.exp(c + gg)
+        return (-0.5 * (math.log(2 * math.pi * s) + S / s)
+                * math.exp(-0.5 * ((gg - mg) / sg) ** 2) / (math.sqrt(2 * math.pi) * sg))
+
+    cross = math.log(a) - c
+    value, _ = scipy.integrate.quad(
+        integrand, mg - 12 * sg, mg + 12 * sg, epsabs=0, epsrel=1e-13, limit=500,
+        points=[cross] if abs(cross - mg) < 12 * sg else None)
+    return value
+
+
+# (y, mu_f, v_f, mu_g, v_g) at c = -20: e^(c + g) within a few sd of the floor 1e-10, the
+# residuals at its scale (S / a ~ 1 .. 100), v_g up to 1; the last with h_g > 0
+FLOOR_CASES = [(2e-5, 0.0, 1e-10, -3.0, 0.05), (-1e-5, 0.0, 3e-10, -1.0, 0.2),
+               (1e-4, 0.0, 0.0, -5.0, 1.0)]
+
+
+@pytest.mark.parametrize("case", FLOOR_CASES)
+def test_heteroscedastic_noise_floor_against_quad(case):
+    """Where the noise floor matters, E against quad (1e-9 relative: 20 Gauss-Hermite nodes
+    err by <= 2e-11 here) and g, h against central differences of quad (1e-6 relative:
+    steps 1e-7, 1e-4 and 1e-11 of scales ~1e-5, 1 and 1e-10)."""
+    c = -20.0
+    lik = HeteroscedasticGaussian(log_noise_offset=c)
+    y, mf, vf, mg, vg = case
+    E, g, h = lik.expectations(torch.tensor([[y]], dtype=torch.float64),
+                               torch.tensor([[mf, mg]], dtype=torch.float64),
+                               torch.tensor([[vf, vg]], dtype=torch.float64))
+    ref = _floored_quad(*case, c)
+    assert abs(float(E[0]) - ref) <= 1e-9 * abs(ref)
+    x = np.array(case)
+
+    def slope(i, step):
+        e = np.eye(5)[i] * step
+        return (_floored_quad(*(x + e), c) - _floored_quad(*(x - e), c)) / (2 * step)
+
+    refs = [slope(1, 1e-7), slope(3, 1e-4), slope(2, 1e-11), slope(4, 1e-4 * vg)]
+    got = [float(g[0, 0]), float(g[0, 1]), float(h[0, 0]), float(h[0, 1])]
+    for value, expected in zip(got, refs):
+        assert abs(value - expected) <= 1e-6 * abs(expected)
+    if case is FLOOR_CASES[-1]:
+        assert float(h[0, 1]) > 0  # not log-concave in g near the floor
+
+
+@pytest.mark.parametrize("S", [0.0, 1e-3])
+def test_heteroscedastic_is_finite_far_below_the_floor(S):
+    """``c + mu_g = -820``: e^(-(c + g)) overflows, and a noise variance without a floor
+    gave E = -inf (S > 0) or NaN (S = 0, a row fitted exactly).  With the floor, the
+    noise is a: E = -(log 2 pi a + S / a) / 2, dE/dmu_f = (y - mu_f) / a,
+    dE/dv_f = -1 / (2 a), and g's derivatives vanish."""
+    lik = HeteroscedasticGaussian(log_noise_offset=-20.0)
+    a = NOISE_FLOOR
+    Y = torch.tensor([[math.sqrt(S)]], dtype=torch.float64)
+    mu = torch.tensor([[0.0, -800.0]], dtype=torch.float64)
+    var = torch.tensor([[0.0, 0.01]], dtype=torch.float64)
+    E, g, h = lik.expectations(Y, mu, var)
+    expected_E = -0.5 * (math.log(2 * math.pi * a) + S / a)
+    assert abs(float(E[0]) - expected_E) <= 1e-12 * abs(expected_E)
+    expected_g = [math.sqrt(S) / a, 0.0]
+    expected_h = [-0.5 / a, 0.0]
+    assert np.allclose(g[0].numpy(), expected_g, rtol=1e-12, atol=1e-300)
+    assert np.allclose(h[0].numpy(), expected_h, rtol=1e-12, atol=1e-300)
+    lpd = lik.log_predictive_density(Y, mu, var)
+    assert abs(float(lpd[0]) - (-0.5 * (math.log(2 * math.pi * a) + S / a))) < 1e-9 * (
+        1 + abs(expected_E))
+    noise = lik.sample_noise(torch.full((1000,), -800.0, dtype=torch.float64),
+                             torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(noise).all()) and 0 < float(noise.std()) < 2 * math.sqrt(a)
+    assert torch.equal(lik.predictive_moments(mu, var)[1],
+                       torch.tensor([[a]], dtype=torch.float64))
 
 
 def test_heteroscedastic_theta_gradient():
@@ -261,8 +342,8 @@ def test_heteroscedastic_predictive_and_log_predictive_density():
             y, mf, vf = float(Y[i, t]), float(mu[i, t]), float(var[i, t])
             mg, sg = float(mu[i, 2 + t]), math.sqrt(float(var[i, 2 + t]))
 
-            def density(gg):  # N(y; mf, vf + e^(c + g)) N(g; mg, sg^2)
-                s = vf + math.exp(c + gg)
+            def density(gg):  # N(y; mf, vf + a + e^(c + g)) N(g; mg, sg^2)
+                s = vf + NOISE_FLOOR + math.exp(c + gg)
                 return math.exp(-0.5 * (y - mf) ** 2 / s - 0.5 * ((gg - mg) / sg) ** 2) / (
                     2 * math.pi * math.sqrt(s) * sg)
 
@@ -274,7 +355,7 @@ def test_heteroscedastic_predictive_and_log_predictive_density():
         assert abs(float(lpd[i]) - ref) < 1e-8
     mean, pvar = lik.predictive_moments(mu, var)
     assert torch.equal(mean, mu[:, :2])
-    expected = var[:, :2] + torch.exp(-0.4 + mu[:, 2:] + var[:, 2:] / 2)
+    expected = var[:, :2] + (NOISE_FLOOR + torch.exp(-0.4 + mu[:, 2:] + var[:, 2:] / 2))
     assert torch.allclose(pvar, expected, rtol=1e-14, atol=0)
 
 
@@ -285,7 +366,7 @@ def test_heteroscedastic_noise_draws():
     noise = lik.sample_noise(g, torch.Generator().manual_seed(1))
     # standardised by the claimed scale they are chi^2_1 (mean 1, variance 2); a scale that
     # ignored g would leave a mean of E[exp(-g)] = 1.8 here
-    z2 = (noise ** 2 / torch.exp(0.5 + g)).numpy()
+    z2 = (noise ** 2 / (NOISE_FLOOR + torch.exp(0.5 + g))).numpy()
     assert abs((z2.mean() - 1.0) / math.sqrt(2.0 / n)) < 4.5
 
 

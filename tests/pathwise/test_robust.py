@@ -7,6 +7,7 @@ distribution of its draws, and against the Gaussian model on the same data.
 """
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -171,3 +172,43 @@ def test_bad_options_are_refused_before_any_work(monkeypatch):
     monkeypatch.setenv("SKGPX_MEMORY_LIMIT", "1000000")  # 1 MB
     with pytest.raises(InsufficientMemoryError, match="n_inducing"):
         _het().fit(np.repeat(X, 4, axis=0), np.repeat(Y_HET, 4))
+
+
+# 30 rows, 3 features, targets unrelated to the inputs; the degenerate variants let f pass
+# through rows exactly, which drove a noise variance without a floor to zero there
+_X30 = np.random.RandomState(0).normal(size=(30, 3))
+_Y30 = np.random.RandomState(1).normal(size=30)
+EXACT_FITS = {
+    "repeated rows": (np.repeat(_X30[:10], 3, axis=0), np.repeat(_Y30[:10], 3)),
+    # every pair of rows is uncorrelated at the length-scale bounds: each inducing point
+    # sees only its own row
+    "X * 1e8": (_X30 * 1e8, _Y30),
+    "constant y": (_X30, np.full(30, 3.0)),
+}
+
+
+@pytest.mark.parametrize("kind", EXACT_FITS)
+def test_heteroscedastic_fits_data_it_can_fit_exactly(kind):
+    """The fit and its predictions raise no warning (other than ConvergenceWarning) and no
+    floating-point error: no NaN or overflow inside.  The noise floor a bounds every row's
+    expected log density by -log(2 pi a) / 2 (and KL >= 0), so the bound too."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from skgpx.pathwise._regression_likelihoods import NOISE_FLOOR
+
+    Xk, yk = EXACT_FITS[kind]
+    est = PathwiseGPSampler(C(1.0) * RBF(1.0), likelihood="heteroscedastic", n_inducing=8,
+                            max_iter=5, normalize_y=True, random_state=0, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=ConvergenceWarning)
+        with np.errstate(invalid="raise", over="raise", divide="raise"):
+            est.fit(Xk, yk)
+            mean, std = est.predict(Xk, return_std=True)
+    assert np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()
+    bound = est.log_marginal_likelihood_value_
+    assert np.isfinite(bound)
+    assert bound <= -0.5 * len(yk) * np.log(2 * np.pi * NOISE_FLOOR)
+    if kind == "constant y":  # the constant, and an uncertainty at the noise floor's scale
+        np.testing.assert_allclose(mean, 3.0, rtol=0, atol=1e-6)
+        assert std.max() < 1e-3
