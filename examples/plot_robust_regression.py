@@ -13,7 +13,7 @@ A Gaussian GP with one noise level is the wrong model in two common situations, 
 * **Noise that varies with the input** (right panel): here its standard deviation grows
   tenfold across the range.  One noise level gives intervals too wide where the data are
   quiet and too narrow where they are loud.  ``likelihood="heteroscedastic"`` makes the
-  log noise variance a second GP, ``y ~ N(f(x), exp(c + g(x)))``, and
+  log noise variance a second GP, ``y ~ N(f(x), a + exp(c + g(x)))`` (a tiny floor ``a``), and
   ``predict(return_noise=True)`` returns the fitted noise standard deviation at any
   input.
 
@@ -137,8 +137,8 @@ show("Student-t, quantiles of sample_y", coverage_by_third(X_test[:, 0], inside_
 # ``f(x) = sin(3x)`` on ``[-1, 1]``, noise standard deviation
 # ``s(x) = 0.5 * 10 ** ((x - 1) / 2)``, from 0.05 on the left to 0.5 on the right (the
 # problem of ``make_heteroscedastic`` in one dimension).  The noise GP ``g`` has its own
-# kernel (``noise_kernel``; ``ConstantKernel() * RBF()`` when None) and here shares the
-# 32 inducing inputs of ``f`` (``share_inducing=True``).
+# kernel (``noise_kernel``; ``ConstantKernel(1.0, (1e-5, 1e2)) * RBF()`` when None) and
+# here shares the 32 inducing inputs of ``f`` (``share_inducing=True``).
 
 
 def hetero_data(n):
