@@ -191,6 +191,18 @@ def test_auto_optimizer_is_lbfgs_up_to_its_size_and_minibatches_beyond(monkeypat
     assert auto.objective_history_ == named.objective_history_
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_optimizer_keeps_full_passes_on_dask_rows(monkeypatch):
+    # mini-batches need the rows in memory: on Dask blocks "auto" stays on L-BFGS-B at
+    # any size (here above the lowered threshold), where "adam" is refused
+    da = pytest.importorskip("dask.array")
+    monkeypatch.setattr(_classifier_sparse, "AUTO_MINIBATCH_ROWS", 60)
+    est = PathwiseGPClassifier(KERNEL, n_inducing=6, max_iter=2, random_state=0,
+                               device="cpu")
+    est.fit(da.from_array(X, chunks=(60, 2)), da.from_array(Y_BIN, chunks=60))
+    assert est.optimizer_ == "fmin_l_bfgs_b"
+
+
 def test_auto_optimizer_size_is_the_documented_one():
     # the docstring promises L-BFGS-B up to 10 000 rows: the two must not drift apart
     assert _classifier_sparse.AUTO_MINIBATCH_ROWS == 10_000
