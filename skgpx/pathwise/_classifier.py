@@ -22,7 +22,8 @@ from ._spectra import has_random_features
 
 
 # fitted attributes that only one of the modes sets
-MODE_ATTRIBUTES = ("base_estimator_", "inducing_points_", "q_mu_", "q_sqrt_", "jitter_")
+MODE_ATTRIBUTES = ("base_estimator_", "inducing_points_", "q_mu_", "q_sqrt_", "jitter_",
+                   "optimizer_")
 
 
 class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
@@ -53,14 +54,19 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         The latent function's kernel; None means ``ConstantKernel(1.0, "fixed") *
         RBF(1.0, "fixed")`` as in scikit-learn (no hyperparameter to fit).  Not a
         ``CompoundKernel``.
-    optimizer : "fmin_l_bfgs_b", "adam", callable or None, default="fmin_l_bfgs_b"
-        Maximises the approximate log marginal likelihood over ``theta`` as scikit-learn
-        does (scipy's L-BFGS-B with its default options).  A callable has scikit-learn's
-        signature ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)``.
-        None keeps the kernel's hyperparameters.  Sparse mode: L-BFGS-B (or the callable)
+    optimizer : "auto", "fmin_l_bfgs_b", "adam", callable or None, default="auto"
+        Maximises the approximate log marginal likelihood over ``theta``.  Exact mode:
+        ``"auto"`` and ``"fmin_l_bfgs_b"`` are scikit-learn's default (scipy's L-BFGS-B with
+        its default options).  A callable has scikit-learn's signature
+        ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)``.  None keeps
+        the kernel's hyperparameters.  Sparse mode: ``"fmin_l_bfgs_b"`` (or the callable)
         on the bound over full-data passes with ``q`` brought to its optimum at each
-        evaluation; ``"adam"`` (sparse mode only) takes one natural step on ``q`` and one
-        Adam step on ``theta`` and ``Z`` per mini-batch; None fits ``q`` alone.
+        evaluation; ``"adam"`` (sparse mode only, rows in memory) takes one natural step on
+        ``q`` and one Adam step on ``theta`` and ``Z`` per mini-batch; None fits ``q``
+        alone.  ``"auto"`` is ``"fmin_l_bfgs_b"`` up to 10 000 training rows and on Dask
+        arrays, ``"adam"`` beyond, where an L-BFGS-B iteration costs several full passes
+        (tens of times an epoch's work) and the mini-batch route fits several times sooner
+        for a bound a few per cent lower (``optimizer_`` records the route taken).
     n_restarts_optimizer : int, default=0
         Extra optimizer runs per binary problem, from starting points drawn as
         scikit-learn draws them (see Notes); the bounds must then be finite.
@@ -91,7 +97,8 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
     optimize_inducing : bool, default=True
         Sparse mode: learn ``Z`` with the kernel hyperparameters.
     max_iter : int, default=100
-        Sparse mode: epochs (``"adam"``) or L-BFGS-B iterations.
+        Sparse mode: epochs (``"adam"``) or L-BFGS-B iterations (of the route
+        ``optimizer_`` names).
     tol : float or None, default=1e-4
         Sparse mode's stopping rule: ``"adam"`` stops once the epoch's mean bound rose by
         at most ``tol`` (relative) plus its mini-batch noise over three epochs; L-BFGS-B
@@ -142,6 +149,8 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         Sparse mode: the whitened means and Cholesky factors of ``q(v)``, one per latent.
     jitter_ : float
         Sparse mode: the jitter ``K_zz`` needed.
+    optimizer_ : str, callable or None
+        Sparse mode: the route the fit took (``optimizer`` with ``"auto"`` resolved).
     X_train_ : ndarray of shape (n_samples, n_features) or list of object
         (The Dask array itself after a fit on Dask collections.)
     objective_history_ : list of float
@@ -202,7 +211,7 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
 
     _parameter_constraints = {
         "kernel": [None, Kernel],
-        "optimizer": [StrOptions({"fmin_l_bfgs_b", "adam"}), callable, None],
+        "optimizer": [StrOptions({"auto", "fmin_l_bfgs_b", "adam"}), callable, None],
         "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
         "max_iter_predict": [Interval(Integral, 1, None, closed="left")],
         "warm_start": ["boolean"],
@@ -230,7 +239,7 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, kernel=None, *, optimizer="fmin_l_bfgs_b", n_restarts_optimizer=0,
+    def __init__(self, kernel=None, *, optimizer="auto", n_restarts_optimizer=0,
                  max_iter_predict=100, warm_start=False, copy_X_train=True, random_state=None,
                  multi_class="one_vs_rest", n_jobs=None, link="logit", n_inducing=None,
                  inducing_points=None, optimize_inducing=True, max_iter=100, tol=1e-4,

@@ -461,7 +461,7 @@ def _runs(optimizer, problems, x0, kernel, on_round):
         values, grads = problems.objective(members, thetas, eval_gradient)
         return -values, (None if grads is None else -grads)
 
-    if optimizer == "fmin_l_bfgs_b":
+    if optimizer in ("auto", "fmin_l_bfgs_b"):  # "auto": scikit-learn's L-BFGS-B
         results = lockstep_lbfgs(evaluate, x0, bounds, on_round)
         out = []
         for result in results:

@@ -16,6 +16,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
+from skgpx.pathwise import _classifier_sparse
 
 from ._oracles import MEAN_Z_MAX, moment_z_scores
 
@@ -166,7 +167,52 @@ def test_refit_in_the_other_mode_leaves_no_attribute_of_the_first():
     assert hasattr(est, "inducing_points_") and not hasattr(est, "base_estimator_")
     est.set_params(n_inducing=None).fit(X, Y_MC)
     assert hasattr(est, "base_estimator_")
-    assert not any(hasattr(est, a) for a in ("inducing_points_", "q_mu_", "q_sqrt_"))
+    assert not any(hasattr(est, a)
+                   for a in ("inducing_points_", "q_mu_", "q_sqrt_", "optimizer_"))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("n_rows, route", [(60, "fmin_l_bfgs_b"), (61, "adam")])
+def test_auto_optimizer_is_lbfgs_up_to_its_size_and_minibatches_beyond(monkeypatch, n_rows,
+                                                                       route):
+    # the documented size, lowered so that both sides of it are a small fit: "auto" must
+    # be that route call for call (the same q, Z and kernel to the last bit)
+    monkeypatch.setattr(_classifier_sparse, "AUTO_MINIBATCH_ROWS", 60)
+    params = dict(n_inducing=6, max_iter=4, tol=None, minibatch_size=16, random_state=0,
+                  device="cpu")
+    X_n, y_n = X[:n_rows], Y_BIN[:n_rows]
+    auto = PathwiseGPClassifier(KERNEL, **params).fit(X_n, y_n)
+    named = PathwiseGPClassifier(KERNEL, optimizer=route, **params).fit(X_n, y_n)
+    assert auto.get_params()["optimizer"] == "auto"
+    assert auto.optimizer_ == named.optimizer_ == route
+    for name in ("q_mu_", "q_sqrt_", "inducing_points_"):
+        np.testing.assert_array_equal(getattr(auto, name), getattr(named, name))
+    np.testing.assert_array_equal(auto.kernel_.theta, named.kernel_.theta)
+    assert auto.objective_history_ == named.objective_history_
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_optimizer_keeps_full_passes_on_dask_rows(monkeypatch):
+    # mini-batches need the rows in memory: on Dask blocks "auto" stays on L-BFGS-B at
+    # any size (here above the lowered threshold), where "adam" is refused
+    da = pytest.importorskip("dask.array")
+    monkeypatch.setattr(_classifier_sparse, "AUTO_MINIBATCH_ROWS", 60)
+    est = PathwiseGPClassifier(KERNEL, n_inducing=6, max_iter=2, random_state=0,
+                               device="cpu")
+    est.fit(da.from_array(X, chunks=(60, 2)), da.from_array(Y_BIN, chunks=60))
+    assert est.optimizer_ == "fmin_l_bfgs_b"
+
+
+def test_auto_optimizer_size_is_the_documented_one():
+    # the docstring promises L-BFGS-B up to 10 000 rows: the two must not drift apart
+    assert _classifier_sparse.AUTO_MINIBATCH_ROWS == 10_000
+    assert "up to 10 000 training rows" in " ".join(PathwiseGPClassifier.__doc__.split())
+    assert _classifier_sparse.resolve_optimizer("auto", 10_000) == "fmin_l_bfgs_b"
+    assert _classifier_sparse.resolve_optimizer("auto", 10_001) == "adam"
+    # rows on Dask workers: the full-pass route, whose passes are sums over the blocks
+    assert _classifier_sparse.resolve_optimizer("auto", 10 ** 6, in_memory=False) == (
+        "fmin_l_bfgs_b")
+    assert _classifier_sparse.resolve_optimizer(None, 10 ** 6) is None
 
 
 def test_memory_guard_refuses_before_any_work_and_names_the_way_out(monkeypatch):
