@@ -6,8 +6,12 @@ selection (``MKL_CBWR=AUTO,STRICT``, the CPU's default ATen kernels).  This scri
 float32 tests (every test whose name contains ``float32``, outside the scikit-learn checks)
 once per selection, each in a fresh interpreter, and prints a pass/fail matrix; for the
 float32-against-float64 contract of ``tests/test_common.py`` each cell also shows the largest
-error / tolerance over the outputs (the margin on this CPU).  A selection the CPU lacks falls
-back to one it has (ATen prints the capability it used in the header).
+error / tolerance (the margin on this CPU): over the outputs at the float64 fit's parameters
+(``test_float32_numerics_at_fixed_parameters``, rounding-derived bounds), and over the
+objective shortfall and the predictions of a float32 fit
+(``test_float32_fit_serves_the_float64_outcome``, the optimiser's and a user's tolerances).
+A selection the CPU lacks falls back to one it has (ATen prints the capability it used in
+the header).
 
 Usage::
 
@@ -50,6 +54,7 @@ def _run(aten, cbwr, expression, folder):
     report = Path(folder) / f"{aten}-{cbwr.replace(',', '-')}.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     "-k", expression, "--ignore", "tests/test_sklearn_checks.py",
+                    "-o", "junit_family=legacy",  # the family that keeps record_property
                     f"--junitxml={report}", "tests"], env=env, cwd=ROOT,
                    capture_output=True, text=True)
     cells = {}
