@@ -15,7 +15,7 @@ the header).
 
 Usage::
 
-    python tests/run_float32_matrix.py [-k EXPRESSION] [--aten default avx2 ...]
+    python tests/run_float32_matrix.py [-k EXPRESSION] [--aten auto default avx2 ...]
         [--cbwr AUTO,STRICT COMPATIBLE ...]
 
 Exit status 1 if any cell failed.
@@ -31,7 +31,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ATEN = ["default", "avx2", "avx512"]
+# "auto": ATEN_CPU_CAPABILITY unset, the CPU's best; "default" is ATen's name for its scalar
+# (unvectorised) kernels, a selection as far from AVX-512's as any CPU makes
+ATEN = ["auto", "default", "avx2", "avx512"]
 # AUTO,STRICT is the suite's; AUTO lets MKL pick code paths by memory alignment as well
 CBWR = ["AUTO,STRICT", "AUTO", "COMPATIBLE", "AVX2,STRICT", "AVX512,STRICT"]
 CAPABILITY = "import torch; print(torch.backends.cpu.get_cpu_capability())"
@@ -41,7 +43,7 @@ def _environment(aten, cbwr):
     env = dict(os.environ, MKL_CBWR=cbwr, SCIPY_ARRAY_API="1", OMP_NUM_THREADS="1",
                MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     env.pop("ATEN_CPU_CAPABILITY", None)
-    if aten != "default":
+    if aten != "auto":
         env["ATEN_CPU_CAPABILITY"] = aten
     return env
 
