@@ -5,7 +5,7 @@ float32 results depend on the kernels that ATen (``ATEN_CPU_CAPABILITY``) and MK
 selection (``MKL_CBWR=AUTO,STRICT``, the CPU's default ATen kernels).  This script runs the
 float32 tests (every test whose name contains ``float32``, outside the scikit-learn checks)
 once per selection, each in a fresh interpreter, and prints a pass/fail matrix; for the
-float32-against-float64 contract of ``tests/test_common.py`` each cell also shows the largest
+float32-against-float64 contract of ``tests/test_float32.py`` each cell also shows the largest
 error / tolerance (the margin on this CPU): over the outputs at the float64 fit's parameters
 (``test_float32_numerics_at_fixed_parameters``, rounding-derived bounds), and over the
 objective shortfall and the predictions of a float32 fit

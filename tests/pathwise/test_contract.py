@@ -2,7 +2,7 @@
 item 11), where it is specific to PathwiseGPSampler: the other modes (exact prior, weight space,
 the prior before fit), random_state=None, progress output, float32 optimisation, errors.  What
 every estimator shares (seeds, global RNGs, pickling, inputs, silence, float32) is tested in
-tests/test_common.py."""
+tests/test_common.py and tests/test_float32.py."""
 
 import copy
 import pickle
@@ -24,7 +24,8 @@ from sklearn.gaussian_process.kernels import (
 from skgpx import PathwiseGPSampler
 
 import _float32
-from test_common import AMPLIFY, LBFGSB_FTOL, MARGIN, N_EMULATED, OBJECTIVE_SLACK
+from test_common import LBFGSB_FTOL
+from test_float32 import AMPLIFY, MARGIN, N_EMULATED, OBJECTIVE_SLACK
 
 from ._oracles import full_kernel, query_points, sine_data
 
@@ -177,7 +178,7 @@ def test_verbose_2_adds_a_line_per_run(capfd):
 
 
 def test_float32_mode_draws_float32_prior_weights():
-    # float32 against float64 (moments, draws, functions, likelihood): tests/test_common.py
+    # float32 against float64 (moments, draws, functions, likelihood): tests/test_float32.py
     X, y = sine_data()
     est = _fixed(dtype="float32").fit(X, y)
     assert est.sample_functions(20, random_state=0).prior_weights_.dtype == torch.float32
@@ -187,7 +188,7 @@ def test_float32_optimisation_reaches_the_float64_optimum():
     """float32 maximises the likelihood as far as its objective can tell values apart.
 
     The float32 log marginal likelihood ``f`` carries a rounding error ``E``, derived as in
-    tests/test_common.py (section 5): ``MARGIN`` times the largest deviation of
+    tests/test_float32.py: ``MARGIN`` times the largest deviation of
     ``N_EMULATED`` float64 evaluations under emulated float32 rounding (``AMPLIFY`` times
     float32's).  float32's optimiser compares two such values, so it stops where the
     likelihood is within ``2 E`` of its maximum, plus what L-BFGS-B's stopping rule leaves
