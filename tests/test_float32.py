@@ -202,15 +202,32 @@ def _scaled_predict(est, factor):
     return est
 
 
+def _half_precision_queries(est):
+    """``est`` whose ``predict`` rounds its query rows to half precision on the way in."""
+    predict = est.predict
+
+    @functools.wraps(predict)
+    def rounded(X, *args, **kwargs):
+        return predict(np.asarray(X).astype(np.float16).astype(np.float32), *args, **kwargs)
+
+    est.predict = rounded
+    return est
+
+
 def test_float32_comparison_catches_lost_digits():
-    """Both parts still see what a float32 bug does.  (a): a state kept in half precision
-    (``float16`` where ``float32`` was meant: 5e-4 relative, the training inputs included),
-    or a prediction 1e-3 too large.  (b): a float32 fit stopped after two L-BFGS-B
-    iterations, short of the optimum."""
+    """Both parts still see what a float32 bug does.  (a): query rows or the whole state
+    (training inputs included) rounded to half precision (``float16`` where ``float32`` was
+    meant: 5e-4 relative), or a prediction 1e-3 too large.  (b): a float32 fit stopped after
+    two L-BFGS-B iterations, short of the optimum."""
     name = "PathwiseGPSampler"
     case = CASES[name]
     reference, fit32 = _fitted(name, float32_reference=True), _fitted32(name)
     assert not _fixed_state_failures(name, _float32.recast(reference, fit32))[0]
+    queries = _half_precision_queries(_float32.recast(reference, fit32))
+    failures = _fixed_state_failures(name, queries)[0]
+    # what goes through predict, and only that (the draws take their rows elsewhere)
+    assert [f.split(":")[0] for f in failures] == ["predict", "predict_std", "predict_cov"], (
+        failures)
     halved = _float32.recast(reference, fit32, lambda t, dtype: t.to(torch.float16).to(dtype))
     failures = _fixed_state_failures(name, halved)[0]
     assert any(f.startswith("predict:") for f in failures), failures
