@@ -1,6 +1,6 @@
 """The estimator contract shared by every public estimator (conventions §2, §3, §5, §6, §8):
 pickling, seeds, untouched global random number generators, silence at ``verbose=0``, float32
-close to float64, and inputs that are neither modified nor aliased.
+close to float64 (tests/test_float32.py), and inputs that are neither modified nor aliased.
 
 One table, ``CASES``: per estimator a small, fast configuration (the ones the family tests
 use, see ``tests/_configs.py``) and a small data set.  The family test modules keep only what
@@ -35,8 +35,9 @@ from skgpx import (
     SmoothDRDRegressor,
 )
 from skgpx.datasets import make_dkp_toy, make_sine_1d, make_smooth_sparse_regression
+from skgpx.dkp._model import dkp_objective
+from skgpx.pathwise._svgp_lbfgs import PLATEAU_WINDOW
 
-import _float32
 from _configs import DKP_FAST, DRD_FAST, KEP_SMALL, QEP_FAST
 
 # ----------------------------------------------------------------------------- data sets
@@ -94,6 +95,8 @@ def _bump_data():
 
 
 # ----------------------------------------------------------------------------- factories
+# scipy's default ftol for L-BFGS-B (factr = 1e7 times float64's machine epsilon)
+LBFGSB_FTOL = 1e7 * np.finfo(np.float64).eps
 # Per-row noise variances: PathwiseGPSampler's sample-weight-like constructor argument.
 _ALPHA = np.random.RandomState(0).uniform(0.01, 0.1, 30)
 
@@ -104,13 +107,6 @@ def _pathwise(**params):
         "kernel": ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(0.5), "alpha": _ALPHA.copy(),
         "n_restarts_optimizer": 2, "normalize_y": True, "shared_basis": False,
         "n_features": 64, "random_state": 0, "device": "cpu", **params})
-
-
-def _pathwise_fixed():
-    # float32 compares the linear algebra, not two optimiser runs (the float32 optimisation
-    # is tested in tests/pathwise/test_contract.py)
-    return dict(kernel=ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed")
-                + WhiteKernel(0.1, "fixed"), optimizer=None)
 
 
 def _pathwise_extra(est, Xq):
@@ -147,6 +143,28 @@ def _gpc_extra(est, Xq):
                 est.kernel_.theta))}
 
 
+def _lml(est):
+    return est.log_marginal_likelihood(est.kernel_.theta)
+
+
+def _dkp_objective(est):
+    # on a copy of the state: the evaluation caches factorisations in it
+    value = dkp_objective(est._config(est._resolve_dof()), est._state.copy(grams_cache={}))
+    return np.float64(value.item())  # a tensor in the state's dtype
+
+
+def _lbfgsb_slack(est, value):
+    # scipy's L-BFGS-B (exact modes, scikit-learn's settings) stops once an iteration
+    # changes the objective by at most ftol * max(|f|, 1); its gradient test stops closer
+    return LBFGSB_FTOL * max(abs(value), 1.0)
+
+
+def _plateau_slack(est, value):
+    # the sparse modes stop once the bound rose by at most PLATEAU_WINDOW * tol * |bound|
+    # over PLATEAU_WINDOW iterations
+    return PLATEAU_WINDOW * est.tol * abs(value)
+
+
 def _drd_extra(est, Xq):
     return {"sample_y_u_uncertainty": est.sample_y(Xq, 2, random_state=2, u_uncertainty=True)}
 
@@ -169,79 +187,82 @@ class Case:
     seed_moves_predictions: bool  # another random_state changes the fitted predictions
     float32: Callable  # float32(): the params of the float32-vs-float64 comparison
     extra: Callable = None  # extra(est, X_query): family-specific outputs, by name
+    # objective(est): the fit's objective at est's state, in est's dtype (None: no evaluator)
+    objective: Callable = None
+    # stopping_slack(est, value): the gain in the objective (value at est) that the fit's
+    # stopping rule accepts as no progress (None: the fit runs a fixed number of steps)
+    stopping_slack: Callable = None
     predicts_before_fit: bool = False  # the prior: predict and sample_y work unfitted
     array_params: tuple = ()  # array-valued constructor arguments (inputs too)
 
 
-# float32 is compared with float64 at tolerances derived at test time from float32's error
-# propagation on each case's problem (section 5 below, tests/_float32.py), not measured on one
-# CPU.  Draws use one stream of float64 normals, cast, so float32 draws are the float64 draws
-# up to round-off too (a draw is not just another draw from the same distribution).
+# float32 against float64 (section 5 below): the numerics at the float64 fit's parameters, and
+# what a float32 fit gives a user.  Draws use one stream of float64 normals, cast, so float32
+# draws at fixed parameters are the float64 draws up to round-off (a draw is not just another
+# draw from the same distribution).  ``float32`` gives the configuration both dtypes fit for
+# it: where the case runs a capped number of L-BFGS-B iterations, the cap is lifted so that
+# both fits stop by the estimator's rule (tol), whose slack the objective is judged by.
 CASES = {
     "PathwiseGPSampler": Case(
         make=_pathwise, data=_sine_data, seeded=True,
         # the restarts start elsewhere (objective_history_) but reach the same optimum:
         # predictions move by ~6e-7 only, so the draws carry the seed test
         seed_moves_predictions=False,
-        float32=_pathwise_fixed,
-        extra=_pathwise_extra, predicts_before_fit=True, array_params=("alpha",)),
+        float32=dict, extra=_pathwise_extra, objective=_lml, stopping_slack=_lbfgsb_slack,
+        predicts_before_fit=True, array_params=("alpha",)),
     "PathwiseGPSampler-student_t": Case(
         make=functools.partial(_pathwise_likelihood, "student_t"), data=_sine_data,
         # the seed picks the k-means++ inducing inputs, which moves the fitted model
         seeded=True, seed_moves_predictions=True,
-        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed"),
-                             optimizer=None),
-        extra=_pathwise_extra),
+        float32=lambda: dict(max_iter=100), extra=_pathwise_extra, objective=_lml,
+        stopping_slack=_plateau_slack),
     "PathwiseGPSampler-heteroscedastic": Case(
         make=functools.partial(_pathwise_likelihood, "heteroscedastic"), data=_sine_data,
         seeded=True, seed_moves_predictions=True,
-        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed"),
-                             noise_kernel=ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed"),
-                             optimizer=None),
-        extra=_pathwise_extra),
+        float32=lambda: dict(max_iter=100), extra=_pathwise_extra, objective=_lml,
+        stopping_slack=_plateau_slack),
     "PathwiseGPClassifier": Case(
         make=_gpc, data=_blob_data, seeded=True,
         # the restarts start elsewhere (objective_history_) but reach the same optima
         seed_moves_predictions=False,
-        # float32 compares the Laplace algebra, not two optimiser runs
-        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed"),
-                             optimizer=None),
-        extra=_gpc_extra),
+        float32=dict, extra=_gpc_extra, objective=_lml, stopping_slack=_lbfgsb_slack),
     "PathwiseGPClassifier-sparse": Case(
         make=_gpc_sparse, data=_blob_data, seeded=True,
         # the seed picks the k-means++ inducing inputs, which moves the fitted model
         seed_moves_predictions=True,
-        float32=lambda: dict(kernel=ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed"),
-                             optimizer=None),
-        extra=_gpc_extra),
+        float32=lambda: dict(max_iter=100), extra=_gpc_extra, objective=_lml,
+        stopping_slack=_plateau_slack),
     "DeepKernelProcessRegressor": Case(
         make=lambda **params: DeepKernelProcessRegressor(**{**DKP_FAST, **params}),
         data=_dkp_data, seeded=False, seed_moves_predictions=False,
-        # float32 needs jitter >= 1e-3 (docstring)
-        float32=lambda: dict(jitter=1e-3)),
+        # float32 needs jitter >= 1e-3 (docstring).  Three sweeps, no stopping rule: the
+        # objective enters at fixed parameters only
+        float32=lambda: dict(jitter=1e-3), objective=_dkp_objective),
     "DeepQEPRegressor": Case(
         make=_qep_regressor, data=_qep_regression_data, seeded=True,
         seed_moves_predictions=True,
-        # one layer: no Monte-Carlo noise in training, so both dtypes follow one trajectory;
-        # the jitter fixed to float32's default in both (the defaults differ per dtype).
-        # (The deep model: tests/qep/test_estimator.py.)
+        # one layer, no Monte-Carlo noise in training; the jitter fixed to float32's default
+        # in both (the defaults differ per dtype).  A fixed number of Adam epochs on a
+        # Monte-Carlo bound: no stopping rule and no deterministic objective evaluator, so
+        # the fit is judged by its predictions.  (The deep model: tests/qep/test_estimator.py.)
         float32=lambda: dict(hidden_dims=(), jitter=1e-4, q=1.0)),
     "DeepQEPClassifier": Case(
         make=_qep_classifier, data=_blob_data, seeded=True, seed_moves_predictions=True,
-        # the deep model; its float64 training is stable on these blobs (a 1e-7 change of X
-        # moves the probabilities by 3e-7; on other draws of the blobs its 40 epochs amplify
-        # it 1e4-fold, and no float32 comparison could be tight)
+        # the deep model (fixed Adam epochs on a Monte-Carlo bound, as the regressor): its
+        # float64 training is stable on these blobs (a 1e-7 change of X moves the
+        # probabilities by 3e-7; on other draws of the blobs its 40 epochs amplify it 1e4-fold)
         float32=lambda: dict(jitter=1e-4)),
     "KEPSVGPClassifier": Case(
         make=lambda **params: KEPSVGPClassifier(**{**KEP_SMALL, **params}), data=_digit_data,
         seeded=True, seed_moves_predictions=True,
-        # fifteen Adam steps; the training draws are made in float64 and cast (as the
-        # prediction draws are)
+        # fifteen Adam steps (no stopping rule; the loss is a Monte-Carlo estimate); the
+        # training draws are made in float64 and cast (as the prediction draws are)
         float32=dict),
     "SmoothDRDRegressor": Case(
         make=lambda **params: SmoothDRDRegressor(**{**DRD_FAST, **params}), data=_bump_data,
         seeded=False, seed_moves_predictions=False,
-        # eight outer iterations.  The float64 fit is stable (a 1e-7 change of X and y moves
+        # eight outer iterations (no stopping rule; its tol would act on the coefficients).
+        # The float64 fit is stable (a 1e-7 change of X and y moves
         # its predictions by 2e-6 of std(y)).  The noise floor fixed to float32's default in
         # both (the defaults differ per dtype): with float64's 1e-6 the noise of this fit
         # sinks to 3e-6 by iteration 7, where float32 loses every digit of the posterior
@@ -453,149 +474,8 @@ def test_verbose_zero_is_silent(name, capfd):
 
 
 # ----------------------------------------------------------------------------- 5. float32
-# How far float32 may lie from float64 is derived on each case's own problem at test time
-# (tests/_float32.py): the float64 fit and its outputs are run again under Monte Carlo
-# arithmetic, every computed result perturbed by a random relative error of float32's size,
-# and float32 must stay within MARGIN times the largest deviation of those runs from the
-# float64 result.  The emulation runs the float64 code path, so a float32 path that loses
-# digits (a step in half precision, a cancellation) or computes something else is not in it.
-#
-# AMPLIFY: the emulated rounding, in units of float32's.  Errors that are smooth in the
-# rounding grow with it (8 times here); a fit's discrete decisions (the acceptance of a
-# step, an iteration that stops) flip more often.  Before the DKP sweep shrank long steps
-# instead of clipping them (4d69ea3), about one DKP run in ten at float32's own size flipped
-# an acceptance and moved the predictions by 1e-2 of std(y) (the failure reported on a
-# Xeon), and at 8 times most runs did, so three runs sampled what float32 may take.  (At 16
-# times the emulation leaves float32's regime: sDRD's prior correlation needs a jitter that
-# no float32 run needs.)
-# MARGIN: float32's error is one more draw from (roughly) the runs' distribution, so it
-# exceeds the largest of N_EMULATED runs with probability 1 / (N_EMULATED + 1) at equal
-# amplitude; and the emulation perturbs whole results, not each multiply-add inside a
-# matrix product or factorisation.  Over fifteen CPU kernel selections
-# (tests/run_float32_matrix.py), float32's error was up to 3.3 times the largest of three
-# runs at float32's amplitude (sDRD draws, MKL_CBWR=COMPATIBLE) and up to 0.41 times the
-# largest of three at AMPLIFY (KEP-SVGP): MARGIN leaves ten times either.  The price: where
-# the runs spread widely (DKP, sDRD, the one-layer Q-EP) an error stands out from 1e-2 of
-# std(y); elsewhere (pathwise, KEP-SVGP, the Q-EP classifier's probabilities) from 1e-3
-# (test_float32_comparison_catches_lost_digits).
-AMPLIFY = 8.0
-MARGIN = 4.0
-N_EMULATED = 3
-_DRAWS = ("sample_y", "sample_y_fitted_seed", "sample_y_u_uncertainty", "sample_functions",
-          "evaluate_batched", "predict_proba_samples")
-
-
-def _unit(key, scale):
-    if key == "log_marginal_likelihood":
-        return 1.0
-    return scale**2 if key.endswith("_cov") else scale
-
-
-def _float32_errors(expected, got, history64, history, scale):
-    """Largest deviation of each float output from float64's, in units of the output scale
-    (std(y) for a regressor, std(y)^2 for a covariance, 1 for probabilities and log
-    marginal likelihoods); ``objective_history_`` relative, over the common iterations."""
-    errors = {}
-    for key, value in expected.items():
-        # class labels may flip at near-ties; log-probabilities are compared as probabilities
-        if value.dtype.kind != "f" or key == "predict_log_proba":
-            continue
-        assert got[key].dtype == np.float64, key  # outputs are float64 in either mode
-        errors[key] = np.abs(got[key] - value).max() / _unit(key, scale)
-    history64, history = np.asarray(history64), np.asarray(history)
-    n = min(len(history64), len(history))
-    errors["objective_history_"] = np.max(np.abs(history[:n] / history64[:n] - 1.0))
-    return errors
-
-
-def _float32_tolerances(name, expected, scale):
-    """MARGIN times the largest deviation of N_EMULATED emulated-float32 runs of the float64
-    fit (see above).  Floor: the rounding of the outputs themselves, for an output that the
-    runs happen to leave exact."""
-    case = CASES[name]
-    X, y, Xq = case.data()
-    reference = _fitted(name, float32_reference=True)
-
-    def run():
-        est = case.make(**case.float32()).fit(X, y)
-        return _outputs(case, est, Xq), est.objective_history_
-
-    runs = [_float32.emulated(run, seed, AMPLIFY) for seed in range(N_EMULATED)]
-    spread = [_float32_errors(expected, out, reference.objective_history_, history, scale)
-              for out, history in runs]
-    floor = {key: MARGIN * _float32.UNIT_ROUNDOFF * np.abs(value).max() / _unit(key, scale)
-             for key, value in expected.items() if value.dtype.kind == "f"}
-    return {key: max(MARGIN * max(s[key] for s in spread), floor.get(key, 0.0))
-            for key in spread[0]}
-
-
-def _float32_failures(name, est, tolerances=None):
-    """What the float32 fit ``est`` gets wrong against the case's float64 fit, and the
-    output nearest its tolerance, as (output, error / tolerance)."""
-    case = CASES[name]
-    X, y, Xq = case.data()
-    reference = _fitted(name, float32_reference=True)
-    scale = 1.0 if is_classifier(est) else float(np.std(y))
-    expected = _outputs(case, reference, Xq)
-    errors = _float32_errors(expected, _outputs(case, est, Xq), reference.objective_history_,
-                             est.objective_history_, scale)
-    if len(est.objective_history_) != len(reference.objective_history_):
-        errors["objective_history_ length"] = np.inf
-    tolerances = tolerances or _float32_tolerances(name, expected, scale)
-    ratios = {key: error / tolerances.get(key, 0.0) if error else 0.0
-              for key, error in errors.items()}
-    failures = [f"{key}: {errors[key]:.2g} > {tolerances.get(key, 0.0):.2g}"
-                for key, ratio in ratios.items() if not ratio <= 1.0]
-    return failures, max(ratios.items(), key=lambda item: item[1])
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_float32_is_close_to_float64(name, record_property):
-    case = CASES[name]
-    X, y, _ = case.data()
-    est = case.make(**case.float32(), dtype="float32").fit(X, y)
-    assert est.dtype_ == "float32" and _fitted(name, True).dtype_ == "float64"
-    if hasattr(est, "module_"):
-        assert all(p.dtype == torch.float32 for p in est.module_.parameters())
-    failures, (key, ratio) = _float32_failures(name, est)
-    # tests/run_float32_matrix.py reads it from the JUnit report: the margin on this CPU
-    record_property("float32_worst", f"{key} {ratio:.2f}")
-    assert not failures, "; ".join(failures)
-    if is_classifier(est):
-        np.testing.assert_allclose(est.predict_proba(case.data()[2]).sum(axis=1), 1.0,
-                                   rtol=0, atol=1e-12)
-
-
-def _scaled_predict(est, factor):
-    """``est`` whose ``predict`` (and only it) is off by ``factor``."""
-    predict = est.predict
-
-    @functools.wraps(predict)
-    def wrong(*args, **kwargs):
-        out = predict(*args, **kwargs)
-        return (out[0] * factor, *out[1:]) if isinstance(out, tuple) else out * factor
-
-    est.predict = wrong
-    return est
-
-
-def test_float32_comparison_catches_lost_digits():
-    """The derived tolerances still see what a float32 bug does: inputs rounded to half
-    precision on the way in (``float16`` where ``float32`` was meant: 5e-4 relative), or a
-    prediction 1e-3 too large."""
-    name = "PathwiseGPSampler"
-    case = CASES[name]
-    X, y, Xq = case.data()
-    est = case.make(**case.float32(), dtype="float32").fit(X, y)
-    scale = float(np.std(y))
-    tolerances = _float32_tolerances(name, _outputs(case, _fitted(name, True), Xq), scale)
-    assert not _float32_failures(name, est, tolerances)[0]
-    halved = case.make(**case.float32(), dtype="float32").fit(
-        X.astype(np.float16).astype(np.float32), y.astype(np.float16).astype(np.float32))
-    failures = _float32_failures(name, halved, tolerances)[0]
-    assert any(f.startswith("predict:") for f in failures), failures
-    failures = _float32_failures(name, _scaled_predict(est, 1.0 + 1e-3), tolerances)[0]
-    assert [f.split(":")[0] for f in failures] == ["predict"], failures
+# float32 against float64, at the float64 fit's parameters and for a float32 fit: the
+# contract's own module, tests/test_float32.py (its machinery runs on these CASES).
 
 
 # ----------------------------------------------------------------------------- 6. inputs

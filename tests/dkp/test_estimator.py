@@ -92,7 +92,8 @@ def test_sample_y_moments():
 
 # ----------------------------------------------------------------------------- T12
 # Pickling, determinism, the untouched global RNGs and inputs, silence at verbose=0 and
-# float32 (at jitter=1e-3) are tested for every estimator in tests/test_common.py.
+# float32 (at jitter=1e-3) are tested for every estimator in tests/test_common.py and
+# tests/test_float32.py.
 def test_warm_start_continues_the_sweeps():
     ten = DeepKernelProcessRegressor(max_iter=6, device="cpu").fit(X, Y)
     warm = DeepKernelProcessRegressor(max_iter=3, warm_start=True, device="cpu").fit(X, Y)

@@ -36,7 +36,7 @@ def fitted_fourier():
 
 # ------------------------------------------------------------------ shapes and determinism
 # Determinism, pickling, the untouched global RNGs and inputs, silence at verbose=0 and float32
-# predictions are tested for every estimator in tests/test_common.py.
+# predictions are tested for every estimator in tests/test_common.py and tests/test_float32.py.
 
 
 @pytest.mark.parametrize("name", ["fitted", "fitted_fourier"])
@@ -229,7 +229,7 @@ def test_verbose_two_reports_each_iteration(capfd):
 
 def test_float32_coefficients_are_close_to_float64(fitted):
     """float32 moves each coefficient by well under its posterior sd (a quarter of it); its
-    predictions and draws: tests/test_common.py."""
+    predictions and draws: tests/test_float32.py."""
     model = _fit(dtype="float32")
     assert np.all(np.abs(model.coef_ - fitted.coef_) <= 0.25 * fitted.coef_std_)
 

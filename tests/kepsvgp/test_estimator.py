@@ -17,7 +17,7 @@ X, Y = X_ALL[:300], Y_ALL[:300]
 X_TEST = X_ALL[300:340]
 SMALL = KEP_SMALL
 # Seeds, pickling, the untouched global RNGs and inputs, silence at verbose=0 and float32 fits
-# are tested for every estimator in tests/test_common.py.
+# are tested for every estimator in tests/test_common.py and tests/test_float32.py.
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_logit_aggregation_is_the_softmax_of_the_mean_logits(fitted):
 
 def test_float32_evaluation_of_the_float64_network(fitted):
     """The prediction path alone: the float64 fit's network evaluated in float32 with the same
-    draws.  (A float32 fit against a float64 fit: tests/test_common.py.)"""
+    draws.  (A float32 fit against a float64 fit: tests/test_float32.py.)"""
     single = copy.deepcopy(fitted)
     single.module_.float()
     single.dtype_ = "float32"

@@ -2,7 +2,7 @@
 item 11), where it is specific to PathwiseGPSampler: the other modes (exact prior, weight space,
 the prior before fit), random_state=None, progress output, float32 optimisation, errors.  What
 every estimator shares (seeds, global RNGs, pickling, inputs, silence, float32) is tested in
-tests/test_common.py."""
+tests/test_common.py and tests/test_float32.py."""
 
 import copy
 import pickle
@@ -22,6 +22,10 @@ from sklearn.gaussian_process.kernels import (
 )
 
 from skgpx import PathwiseGPSampler
+
+import _float32
+from test_common import LBFGSB_FTOL
+from test_float32 import AMPLIFY, MARGIN, N_EMULATED, OBJECTIVE_SLACK
 
 from ._oracles import full_kernel, query_points, sine_data
 
@@ -174,7 +178,7 @@ def test_verbose_2_adds_a_line_per_run(capfd):
 
 
 def test_float32_mode_draws_float32_prior_weights():
-    # float32 against float64 (moments, draws, functions, likelihood): tests/test_common.py
+    # float32 against float64 (moments, draws, functions, likelihood): tests/test_float32.py
     X, y = sine_data()
     est = _fixed(dtype="float32").fit(X, y)
     assert est.sample_functions(20, random_state=0).prior_weights_.dtype == torch.float32
@@ -183,21 +187,26 @@ def test_float32_mode_draws_float32_prior_weights():
 def test_float32_optimisation_reaches_the_float64_optimum():
     """float32 maximises the likelihood as far as its objective can tell values apart.
 
-    The float32 log marginal likelihood ``f`` carries a rounding error of a few ``u |f|``
-    (``u = 2**-24``; a sum over 30 rows, and the optimiser compares two of them), so float32's
-    optimiser stops where the likelihood is within ``K u |f|`` of its maximum, ``K = 16``:
-    the float64 likelihood at float32's theta lies that close to the float64 maximum, and
-    theta itself within ``sqrt(2 K u |f| / lambda_min)`` of float64's, ``lambda_min`` the
-    smallest curvature of ``-f`` there (the flattest direction; finite differences of the
-    analytic float64 gradient).  One CPU's distance (6e-4 in theta, where that bound is
-    3.3e-3) is no tolerance: another CPU's kernels stop elsewhere within the bound.  A
-    float32 gradient or objective that is wrong stops far outside it.
+    The float32 log marginal likelihood ``f`` carries a rounding error ``E``, derived as in
+    tests/test_float32.py: ``MARGIN`` times the largest deviation of
+    ``N_EMULATED`` float64 evaluations under emulated float32 rounding (``AMPLIFY`` times
+    float32's).  float32's optimiser compares two such values, so it stops where the
+    likelihood is within ``2 E`` of its maximum, plus what L-BFGS-B's stopping rule leaves
+    (``OBJECTIVE_SLACK`` times its ftol): the float64 likelihood at float32's theta lies that
+    close to the float64 maximum, and theta itself within ``sqrt(2 resolution / lambda_min)``
+    of float64's, ``lambda_min`` the smallest curvature of ``-f`` there (the flattest
+    direction; finite differences of the analytic float64 gradient).  Where on that plateau
+    float32 stops depends on the CPU's kernels; a float32 gradient or objective that is
+    wrong stops far outside it.
     """
     X, y = sine_data()
     model = _optimised(0).fit(X, y)
     theta, theta32 = model.kernel_.theta, _optimised(0, dtype="float32").fit(X, y).kernel_.theta
     f = model.log_marginal_likelihood(theta)
-    resolution = 16 * 2.0**-24 * abs(f)
+    rounding = MARGIN * max(
+        abs(_float32.emulated(lambda: model.log_marginal_likelihood(theta), seed, AMPLIFY) - f)
+        for seed in range(N_EMULATED))
+    resolution = OBJECTIVE_SLACK * LBFGSB_FTOL * max(abs(f), 1.0) + 2.0 * rounding
     assert f - model.log_marginal_likelihood(theta32) <= resolution
     step = 1e-5 * np.eye(len(theta))
     curvature = np.array([model.log_marginal_likelihood(theta - h, eval_gradient=True)[1]

@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, RationalQuadratic
 from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
+from test_float32 import MEAN_FRACTION, SD_FRACTION
 
 from skgpx.kernels import unit_stationary_kernel
 from skgpx.linalg import NotPositiveDefiniteError
@@ -353,7 +354,7 @@ def test_unfactorisable_kernel_matrix_warns_then_advises_float64():
 # ----------------------------------------------------------------------------- 8. contract
 # Seeds, pickling, the untouched global RNGs and inputs, silence at verbose=0 and float32 (the
 # one-layer regressor, the deep classifier) are tested for every estimator in
-# tests/test_common.py, on these data.
+# tests/test_common.py and tests/test_float32.py, on these data.
 def test_verbose_levels(capfd):
     _reg(max_iter=3, verbose=1).fit(X, Y)
     out, err = capfd.readouterr()
@@ -378,9 +379,14 @@ def test_float32_deep_model_close_to_float64():
     model32 = _reg(jitter=1e-4, dtype="float32").fit(X, Y)
     mean64, std64 = model64.predict(X_TEST, return_std=True)
     mean32, std32 = model32.predict(X_TEST, return_std=True)
-    np.testing.assert_allclose(mean32, mean64, rtol=0, atol=1e-3 * np.std(Y))
-    np.testing.assert_allclose(std32, std64, rtol=1e-3)
-    # the deep classifier (jitter=1e-4): tests/test_common.py
+    # what a user sees (tests/test_float32.py): forty Adam epochs in float32 take
+    # their own path, so the tolerance is not round-off's but the standard error of a
+    # 400-draw summary of the posterior; a float32 fit on another Monte-Carlo stream would
+    # differ by the 8 prediction paths' error, ~sd / sqrt(8), seven times that
+    assert np.max(np.abs(mean32 - mean64) / std64) <= MEAN_FRACTION
+    assert np.max(np.abs(std32 - std64) / std64) <= SD_FRACTION
+    # the deep classifier (jitter=1e-4), and the numerics at fixed parameters:
+    # tests/test_float32.py
 
 
 # ----------------------------------------------------------------------------- 9. training
