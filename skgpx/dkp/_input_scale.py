@@ -180,6 +180,10 @@ def _shorter(size, value, slope, trial_value):
     if not math.isfinite(trial_value):
         return 0.5 * size
     drop = value + slope * size - trial_value  # > 0: the trial fell short of the tangent
+    if not drop > 0.0:
+        # no parabola with a maximum fits (in float32 a tiny trial can land on the tangent
+        # exactly): halve
+        return 0.5 * size
     return min(0.5 * size, max(0.1 * size, 0.5 * slope * size * size / drop))
 
 

@@ -586,3 +586,21 @@ def test_input_scale_learns_relevances_on_friedman1():
     assert joint.objective_ > block.objective_ + 1.0
     history = np.asarray(joint.objective_history_)
     assert np.all(np.diff(history) >= -1e-8 * abs(history[-1]))
+
+
+@pytest.mark.parametrize("slope, trial_value", [(0.0, 1.0), (0.5, 1.5), (0.0, float("nan")),
+                                                (0.5, float("-inf"))])
+def test_a_rejected_trial_on_the_tangent_halves_the_step(slope, trial_value):
+    # value 1 at size 0, trial at size 1 exactly on the tangent (as a float32 fit's tiny
+    # trial can be, with a slope that rounds to zero): no parabola with a maximum passes
+    # through it, so the next trial is half the step, not a division by zero
+    from skgpx.dkp._input_scale import _shorter
+
+    assert _shorter(1.0, 1.0, slope, trial_value) == 0.5
+
+
+def test_a_rejected_trial_below_the_tangent_takes_the_parabola_maximiser():
+    # value 0, slope 1, trial at size 1 worth -2: the parabola 0 + t - 3 t^2 peaks at 1/6
+    from skgpx.dkp._input_scale import _shorter
+
+    assert _shorter(1.0, 0.0, 1.0, -2.0) == pytest.approx(1.0 / 6.0, rel=1e-15)
