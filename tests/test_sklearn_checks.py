@@ -1,4 +1,20 @@
-"""The scikit-learn estimator contract: every check, no expected failures, no skips."""
+"""The scikit-learn estimator contract: every check, no expected failures, no skips.
+
+Two tiers, one set of checks.  ``make test`` (what CI runs) runs scikit-learn's full check
+suite on every configuration below.  ``make test-fast`` runs the full suite on one
+configuration per public estimator (``FULL_IN_FAST_TIER``) and, on every other
+configuration, scikit-learn's API checks (``legacy=False``: clone, repr, nothing set in
+``__init__``, parameters left alone by ``fit``, ``fit`` returns self, read-only memmaps,
+``n_features_in_``, ...); the rest of their full run carries the ``slow`` marker.
+
+Why that is enough for the loop: the legacy checks beyond the API set are, for the most
+part, input validation (NaN/inf, sparse, complex, object and integer dtypes, one sample,
+one feature, 1-D input, a changed number of features, unfitted calls), and that code runs
+in each estimator class before any mode is chosen, so one configuration per class
+exercises it; the mode-specific parts (seeds, pickling, invariance to row order and
+batching, unmodified inputs, training accuracy) are also asserted per mode by
+``tests/test_common.py`` and the family tests, which run in both tiers.
+"""
 
 import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
@@ -16,8 +32,24 @@ from skgpx.kepsvgp import KEPSVGPClassifier
 
 from _configs import DRD_CHECKS, QEP_FAST
 
-CHECKED = [
+# The full check suite in both tiers: one configuration per public estimator, the default
+# where its check run fits the per-configuration budget, else the documented small-data
+# setting (tests/_configs.py).
+FULL_IN_FAST_TIER = [
     PathwiseGPSampler(),
+    # scikit-learn's GPC in exact mode (fixed default kernel)
+    PathwiseGPClassifier(),
+    DeepKernelProcessRegressor(),
+    DeepQEPRegressor(**QEP_FAST),
+    DeepQEPClassifier(**QEP_FAST),
+    # the defaults (add merge)
+    KEPSVGPClassifier(),
+    # dense factors on the documented small-data setting (eight outer iterations)
+    SmoothDRDRegressor(**DRD_CHECKS),
+]
+
+# The other modes and options: API checks in both tiers, the full suite under `slow`.
+OTHER_CONFIGURATIONS = [
     # hyperparameter fitting with restarts, normalised targets, a learnt noise level
     PathwiseGPSampler(
         ConstantKernel(1.0) * Matern(1.0, nu=2.5) + WhiteKernel(0.1),
@@ -26,8 +58,8 @@ CHECKED = [
         random_state=0,
     ),
     PathwiseGPSampler(method="weight_space", n_features=64, shared_basis=False),
-    # sparse mode (issue 14): k-means++ inducing points, a learnt noise level and learnt Z,
-    # and the CG solver at fixed hyperparameters with a pivoted-Cholesky preconditioner
+    # sparse mode: k-means++ inducing points, a learnt noise level and learnt Z, and the CG
+    # solver at fixed hyperparameters with a pivoted-Cholesky preconditioner
     PathwiseGPSampler(ConstantKernel(1.0) * Matern(1.0, nu=2.5) + WhiteKernel(0.1),
                       n_inducing=16, optimize_inducing=True, normalize_y=True, random_state=0),
     PathwiseGPSampler(ConstantKernel(1.0) * Matern(1.0, nu=2.5) + WhiteKernel(0.1),
@@ -35,16 +67,14 @@ CHECKED = [
                       learning_rate=0.05, random_state=0),
     PathwiseGPSampler(WhiteKernel(0.1) + Matern(1.0, nu=1.5), optimizer=None, solver="cg",
                       cg_preconditioner_rank=20, cg_tol=1e-8),
-    # issue 33: the Student-t likelihood on inducing points (L-BFGS-B, full passes), the
+    # the Student-t likelihood on inducing points (L-BFGS-B, full passes), the
     # heteroscedastic one full rank on mini-batches (natural gradients and Adam)
     PathwiseGPSampler(ConstantKernel(1.0) * RBF(1.0), likelihood="student_t", n_inducing=16,
                       max_iter=30, random_state=0),
     PathwiseGPSampler(ConstantKernel(1.0) * RBF(1.0), likelihood="heteroscedastic",
                       optimizer="adam", minibatch_size=32, max_iter=15, learning_rate=0.05,
                       tol=None, normalize_y=True, random_state=0),
-    # issue 32: scikit-learn's GPC in exact mode (fixed default kernel), and hyperparameter
-    # fitting with restarts, one-vs-one and the probit link
-    PathwiseGPClassifier(),
+    # the classifier's hyperparameter fitting with restarts, one-vs-one and the probit link
     PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=2.5), n_restarts_optimizer=1,
                          random_state=0),
     PathwiseGPClassifier(ConstantKernel(1.0) * Matern(1.0, nu=1.5), multi_class="one_vs_one",
@@ -56,39 +86,36 @@ CHECKED = [
     PathwiseGPClassifier(ConstantKernel(1.0) * RBF(1.0), n_inducing=8, multi_class="softmax",
                          optimizer="adam", max_iter=15, minibatch_size=64, learning_rate=0.05,
                          tol=None, random_state=0),
-    DeepKernelProcessRegressor(),
     # the arc-cosine kernels, the kernel-hyper baseline, no skip connections, no Omega
     DeepKernelProcessRegressor(kernel="arccos1", objective="gp", skip=False, input_scale=False),
     DeepKernelProcessRegressor(kernel="arccos0", objective="dgp", n_layers=1, dof=[5.0, 50.0]),
-    # the inducing-point mode (issue 34): m = 5 inducing inputs by k-means++, with the
-    # default solver (CARE sweeps, then L-BFGS) and with L-BFGS alone
+    # the inducing-point mode: m = 5 inducing inputs by k-means++, with the default solver
+    # (CARE sweeps, then L-BFGS) and with L-BFGS alone
     DeepKernelProcessRegressor(n_inducing=5),
     DeepKernelProcessRegressor(n_inducing=5, solver="lbfgs", n_layers=1),
-    # the documented small-data setting (tests/_configs.py); q = 2, the scaled bound, the
-    # shallow model and the Dirichlet likelihood on top
-    DeepQEPRegressor(**QEP_FAST),
+    # q = 2, the scaled bound, the shallow model and the Dirichlet likelihood on top
     DeepQEPRegressor(q=2.0, hidden_dims=(), bound="scaled", kernel="rbf", **QEP_FAST),
-    DeepQEPClassifier(**QEP_FAST),
     DeepQEPClassifier(q=1.5, likelihood="dirichlet", hidden_dims=(4, 2), **QEP_FAST),
-    # spec kep_svgp Sec. 6.9: the defaults (add merge) and the concatenation merge
-    KEPSVGPClassifier(),
+    # the concatenation merge
     KEPSVGPClassifier(merge="concat", tokenizer="features"),
-    # spec smooth_drd Sec. 6: dense factors and the FFT-based Fourier basis, on the documented
-    # small-data setting (eight outer iterations)
-    SmoothDRDRegressor(**DRD_CHECKS),
+    # the FFT-based Fourier basis
     SmoothDRDRegressor(basis="fourier", **DRD_CHECKS),
+    # default-constructed estimators over the per-configuration budget: the deep Q-EP
+    # (about 50 default fits each) and the sDRD (on the checks' structureless data it runs
+    # all 100 outer iterations: 1-3 s a fit, about 120 s a run)
+    DeepQEPRegressor(),
+    DeepQEPClassifier(),
+    SmoothDRDRegressor(),
 ]
 
-# default-constructed estimators over the per-configuration budget: the deep Q-EP (about 50
-# default fits each) and the sDRD (on the checks' structureless data it runs all 100 outer
-# iterations: 1-3 s a fit, about 120 s a run). The full suite on them runs under `slow`
-# (still run by `make test`, not by `make test-fast`); their API checks run always.
-DEFAULTS = [DeepQEPRegressor(), DeepQEPClassifier(), SmoothDRDRegressor()]
+
+def _no_expected_failures(estimator):
+    return {}
 
 
-@parametrize_with_checks(CHECKED, expected_failed_checks=lambda est: {}, xfail_strict=True)
-def test_sklearn_compatible_estimator(estimator, check):
-    check(estimator)
+def _checks(estimators, **options):
+    return parametrize_with_checks(estimators, expected_failed_checks=_no_expected_failures,
+                                   xfail_strict=True, **options)
 
 
 def _without(checks, subset):
@@ -105,19 +132,22 @@ def _without(checks, subset):
                                    **kwargs)
 
 
-DEFAULT_API_CHECKS = parametrize_with_checks(
-    DEFAULTS, legacy=False, expected_failed_checks=lambda est: {}, xfail_strict=True)
-
-
-@DEFAULT_API_CHECKS
-def test_default_estimator_api(estimator, check):
+@_checks(FULL_IN_FAST_TIER)
+def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
-# the rest of the full suite on the defaults (the API checks above are part of it, and ran
-# twice before: about a minute of test time)
+API_CHECKS = _checks(OTHER_CONFIGURATIONS, legacy=False)
+
+
+@API_CHECKS
+def test_configuration_api(estimator, check):
+    check(estimator)
+
+
+# the rest of the full suite on the other configurations (the API checks above are part of
+# it and are not run twice)
 @pytest.mark.slow
-@_without(parametrize_with_checks(DEFAULTS, expected_failed_checks=lambda est: {},
-                                  xfail_strict=True), DEFAULT_API_CHECKS)
-def test_default_estimator_full(estimator, check):
+@_without(_checks(OTHER_CONFIGURATIONS), API_CHECKS)
+def test_configuration_full(estimator, check):
     check(estimator)
