@@ -1,4 +1,5 @@
-"""Test-session set-up: array-API mode for scipy, one thread per process, the gpu marker."""
+"""Test-session set-up: array-API mode for scipy, one thread per process, the gpu marker, and
+which cases of a parametrised test the fast tier (``make test-fast``) runs."""
 import os
 
 # scipy reads this once, when its array-API helpers are first imported; it must be set before
@@ -20,7 +21,56 @@ torch.set_num_threads(1)
 _THREAD_LIMITS = threadpoolctl.threadpool_limits(1)  # kept alive for the whole session
 
 
+# The two tiers: `make test` runs every test, `make test-fast` those without the `slow`
+# marker. Besides the markers written on the tests (paper-level checks, and in
+# test_sklearn_checks.py the full scikit-learn check suite of all but one configuration per
+# estimator), parametrised tests that repeat one assertion over interchangeable cases run one
+# case (or one per kind of output) in the fast tier and all of them in the full suite:
+# {(module, parameter): the values whose cases stay in the fast tier}; every other case gets
+# `slow` here.
+ONE_CASE_IN_FAST_TIER = {
+    # the moment oracles over four stationary kernels (20 000 draws each): a kernel enters
+    # only through its random features, whose frequency laws and kernel approximation
+    # tests/pathwise/test_features.py and test_spectra.py check for every one of these
+    # kernels in both tiers; Matern-3/2 (Student-t frequencies) stays
+    ("tests/pathwise/test_moments.py", "name"): ("matern32",),
+    # grid search under Dask's joblib backend and block-wise prediction, per estimator: what
+    # differs between estimators there (pickling, seeded reproducible fits) is asserted for
+    # every estimator by tests/test_common.py in both tiers; a regressor and a classifier
+    # (predict_proba by blocks) stay
+    ("tests/test_dask.py", "name"): ("pathwise", "qep-classifier"),
+}
+
+
+def _declared_values(item, name):
+    """The values of ``name`` in the test's own ``parametrize`` marker (one-name markers)."""
+    for mark in item.iter_markers("parametrize"):
+        if mark.args[0] == name:
+            return {getattr(value, "values", (value,))[0] for value in mark.args[1]}
+    return set()
+
+
+def _mark_other_cases_slow(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        module = item.nodeid.split("::")[0]
+        for (path, name), values in ONE_CASE_IN_FAST_TIER.items():
+            if module != path or name not in params:
+                continue
+            # a renamed case would silently move a whole test to the full suite only
+            stale = set(values) - _declared_values(item, name)
+            if stale:
+                raise pytest.UsageError(
+                    f"ONE_CASE_IN_FAST_TIER keeps {name}={sorted(stale)} of {item.originalname}"
+                    f" in {path}, which has no such case; update tests/conftest.py")
+            if params[name] not in values:
+                item.add_marker(pytest.mark.slow)
+
+
+# before the `-m` selection (which reads the markers set here)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    _mark_other_cases_slow(items)
     # The `slow` tests first (a stable sort keeps every other order). `pytest -n 2 --dist
     # worksteal` hands each worker a contiguous half of this list and lets an idle worker take
     # the tail of the other's queue; a test of minutes that starts near the end would leave one

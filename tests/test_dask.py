@@ -206,6 +206,7 @@ def test_function_draws_do_not_depend_on_the_chunking(client):
             np.testing.assert_array_equal(values, reference)  # bit for bit
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_retried_and_the_result_is_unchanged(client):
     X, y = _regression(300)
     est = PathwiseGPSampler(SPARSE_KERNEL, n_inducing=20, optimizer=None).fit(X, y)
