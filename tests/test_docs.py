@@ -68,6 +68,7 @@ def _public_names(module_name):
     return [name for name in module.__all__ if not name.startswith("__")]
 
 
+@pytest.mark.slow
 def test_build_without_gallery(html):
     # the fixture asserted a clean build; the landing page links every part of the site
     index = (html / "index.html").read_text(encoding="utf-8")
@@ -77,11 +78,13 @@ def test_build_without_gallery(html):
     assert "The first estimator" not in index
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", GUIDE_PAGES)
 def test_guide_pages(html, page):
     assert (html / "guide" / f"{page}.html").is_file()
 
 
+@pytest.mark.slow
 def test_api_pages_of_the_package(html):
     names = _public_names("skgpx")
     assert "PathwiseGPSampler" in names
@@ -89,6 +92,7 @@ def test_api_pages_of_the_package(html):
     assert not missing, f"doc/api.rst does not list skgpx.{missing}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module_name", PUBLIC_MODULES)
 def test_api_pages_of_the_public_modules(html, module_name):
     names = _public_names(module_name)
@@ -103,6 +107,7 @@ def test_api_pages_of_the_public_modules(html, module_name):
     assert not missing, f"doc/api.rst does not list {module_name}.{missing}"
 
 
+@pytest.mark.slow
 def test_estimator_pages_link_scikit_learn_offline(html):
     # set_*_request and get_metadata_routing, inherited from scikit-learn, cite its user
     # guide and glossary: the links resolve through the local inventories
@@ -147,6 +152,7 @@ def test_intersphinx_reads_local_inventories(monkeypatch):
         assert body.strip(), name
 
 
+@pytest.mark.slow
 def test_gallery_pages(html):
     assert GALLERY, "no examples/plot_*.py"
     index = (html / "auto_examples" / "index.html").read_text(encoding="utf-8")

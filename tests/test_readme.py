@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 PYTHON_TAGS = {"python", "py"}
 TIMEOUT_S = 300
@@ -55,6 +57,7 @@ def test_readme_blocks_are_tagged():
     assert not untagged, f"README.md: fenced blocks without a language at lines {untagged}"
 
 
+@pytest.mark.slow
 def test_readme_python_blocks_run(tmp_path):
     blocks = [(line, code) for tag, line, code in _blocks() if tag in PYTHON_TAGS]
     env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
