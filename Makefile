@@ -46,9 +46,12 @@ test: install
 	$(PY) -m flake8
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal --durations=25 tests
 
-# The loop to iterate with: every unit, contract, parity and bad-input test, without the
-# paper-level checks (the `slow` marker); extra pytest options in PYTEST_ARGS, e.g.
-# make test-fast PYTEST_ARGS="-k dkp".
+# The loop to iterate with: every unit, contract, parity and bad-input test, scikit-learn's
+# full check suite on one configuration per estimator and its API checks on the others,
+# without what the `slow` marker carries (the paper-level checks, the full check suite of
+# the other configurations, the documentation build, the README's code blocks, all but one
+# case of tests repeated over interchangeable cases: tests/conftest.py), which `make test`
+# runs; extra pytest options in PYTEST_ARGS, e.g. make test-fast PYTEST_ARGS="-k dkp".
 PYTEST_ARGS ?=
 test-fast: install
 	$(PY) -m flake8
