@@ -256,6 +256,7 @@ def _resolve(page, url):
     return posixpath.normpath(posixpath.join(posixpath.dirname(page), urlsplit(url).path))
 
 
+@pytest.mark.slow
 def test_no_page_loads_anything_from_another_site(html, assets):
     assert len(assets) > 50, sorted(assets)
     remote = _remote_loads(assets)
@@ -271,6 +272,7 @@ def test_no_page_loads_anything_from_another_site(html, assets):
     assert not fetching, fetching
 
 
+@pytest.mark.slow
 def test_every_page_with_maths_loads_the_local_mathjax(html, assets):
     with_maths = {page for page, found in assets.items() if found.maths}
     assert set(MATHS_PAGES) <= with_maths, sorted(with_maths)
@@ -280,6 +282,7 @@ def test_every_page_with_maths_loads_the_local_mathjax(html, assets):
     assert (html / MATHJAX).is_file()
 
 
+@pytest.mark.slow
 def test_the_local_mathjax_has_its_fonts_and_extensions(html):
     # MathJax finds its components beside its own script and the CHTML fonts in
     # output/chtml/fonts/woff-v2 below it; every font the script names is in the build
