@@ -39,6 +39,20 @@ ONE_CASE_IN_FAST_TIER = {
     # every estimator by tests/test_common.py in both tiers; a regressor and a classifier
     # (predict_proba by blocks) stay
     ("tests/test_dask.py", "name"): ("pathwise", "qep-classifier"),
+    # (a key "path::test" applies to that test only)
+    # sparse draws against the sparse predictive over four kernels (10 000 draws each): the
+    # kernel enters through the same random features as above, and the exact identities of
+    # the sparse posterior keep all four kernels in both tiers
+    ("tests/pathwise/test_sparse.py::test_sparse_draw_moments_match_sparse_predictive",
+     "name"): ("matern32",),
+    # iid and Sobol frequencies reach the moment oracle through the same basis; the two
+    # samplers' laws are checked in both tiers by tests/pathwise/test_features.py
+    ("tests/pathwise/test_moments.py::test_independent_basis_moments_match_exact_posterior",
+     "frequency_sampling"): ("qmc",),
+    # a Dask fit against the in-memory fit: the bound's block sums are the same code for both
+    # non-Gaussian likelihoods (their per-row expectations differ, and are tested in memory)
+    ("tests/test_dask.py::test_distributed_robust_regression_equals_in_memory_fit",
+     "likelihood"): ("student_t",),
 }
 
 
@@ -54,8 +68,9 @@ def _mark_other_cases_slow(items):
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         module = item.nodeid.split("::")[0]
+        test = f"{module}::{item.originalname}"
         for (path, name), values in ONE_CASE_IN_FAST_TIER.items():
-            if module != path or name not in params:
+            if path not in (module, test) or name not in params:
                 continue
             # a renamed case would silently move a whole test to the full suite only
             stale = set(values) - _declared_values(item, name)

@@ -229,6 +229,9 @@ def test_a_killed_worker_is_retried_and_the_result_is_unchanged(client):
     np.testing.assert_allclose(future.result(timeout=TIMEOUT), est.predict(Xq), rtol=1e-12)
 
 
+# slow: the Dask route of the classifier's bound is the regressor's block sums (the fast
+# tier's sparse fit and Student-t fit against memory) with another likelihood
+@pytest.mark.slow
 def test_distributed_sparse_classifier_equals_in_memory_fit(client):
     from skgpx import PathwiseGPClassifier
 

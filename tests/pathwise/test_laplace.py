@@ -311,6 +311,9 @@ def test_binary_latent_draws_have_the_laplace_moments():
                                rtol=0, atol=1e-10)
 
 
+# slow: the binary draws' moments above carry the fast tier; one-vs-rest draws are the
+# binary problems' draws side by side (their latent moments: test_gpc_sklearn.py)
+@pytest.mark.slow
 def test_one_vs_rest_draws_have_each_class_laplace_moments():
     kernel = C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-2, 1e2))
     theirs = SklearnGPC(kernel).fit(X, Y_MC)
