@@ -4,7 +4,8 @@ them without a network (its equations typeset by a MathJax that ships with the p
 One build of a copy of ``doc/`` and ``examples/`` (the build writes generated pages into its
 source folder, so the working tree is left alone) is shared by the checks of the module.  It
 does not run the gallery (``-D plot_gallery=0``: a build in well under a minute); the build
-that runs every example, on its small settings, is marked ``slow``.
+that runs every example runs on its small settings.  Both builds carry the ``slow`` marker:
+``make test`` runs them, ``make test-fast`` leaves them out.
 """
 import importlib
 import os
