@@ -264,7 +264,6 @@ def test_sweeps_reach_the_optimum():
 def test_hand_over_to_lbfgs():
     """solver='auto': once a sweep gains < 1e-3 per row the fit continues by L-BFGS from
     the sweeps' state; history and passes run on across the switch."""
-    pytest.importorskip("skgpx.dkp._sparse_lbfgs")
     config = _config(input_scale=False, nu_hidden=(20.0,))
     X, Y = _data(100)
     state = _state(config, X[::5] + 0.01, n_hidden=1, spread=0.0)

@@ -195,7 +195,7 @@ def test_auto_optimizer_is_lbfgs_up_to_its_size_and_minibatches_beyond(monkeypat
 def test_auto_optimizer_keeps_full_passes_on_dask_rows(monkeypatch):
     # mini-batches need the rows in memory: on Dask blocks "auto" stays on L-BFGS-B at
     # any size (here above the lowered threshold), where "adam" is refused
-    da = pytest.importorskip("dask.array")
+    import dask.array as da  # a test dependency
     monkeypatch.setattr(_classifier_sparse, "AUTO_MINIBATCH_ROWS", 60)
     est = PathwiseGPClassifier(KERNEL, n_inducing=6, max_iter=2, random_state=0,
                                device="cpu")
