@@ -5,7 +5,7 @@ block of rows ``k(X_c, X)`` at a time.  :func:`block_cg` solves ``K_A V = R`` fo
 columns of ``R`` at once (one operator product per iteration for the whole block), with
 a Jacobi or a pivoted-Cholesky (Woodbury) preconditioner.  Used by the pathwise sampler
 where its Cholesky factor would not fit (``solver="auto"``; see
-``skgpx.pathwise._exact_solver``).
+``skgpx.pathwise._exact._solver``).
 """
 
 import math

@@ -12,7 +12,7 @@ torch code as :class:`ObjectRows`.
 The closed-form stationary correlations (:func:`stationary_profile`) and the
 squared-exponential spectral density (:func:`se_spectral_density`) serve more than one
 family; the decomposition of a kernel into random-feature terms lives with the pathwise
-family (``skgpx.pathwise._spectra``).
+family (``skgpx.pathwise._draws._spectra``).
 """
 
 import math
@@ -565,7 +565,7 @@ class TorchKernel:
         ``"matern32"``, ``"matern52"``) and two functions of ``theta`` giving ``s`` and
         ``l`` (scalar or ARD) as differentiable tensors.  Large cross-kernel blocks of
         such kernels can then be formed by one matrix product and differentiated in
-        closed form (see ``skgpx.pathwise._sparse``).
+        closed form (see ``skgpx._inducing._collapsed``).
         """
         signal = [node for node, white in self._terms if not white]
         if len(signal) != 1:

@@ -36,7 +36,7 @@ from skgpx import (
 )
 from skgpx.datasets import make_dkp_toy, make_sine_1d, make_smooth_sparse_regression
 from skgpx.dkp._model import dkp_objective
-from skgpx.pathwise._svgp_lbfgs import PLATEAU_WINDOW
+from skgpx.pathwise._svgp._lbfgs import PLATEAU_WINDOW
 
 from _configs import DKP_FAST, DRD_FAST, KEP_SMALL, QEP_FAST
 

@@ -292,7 +292,7 @@ def test_distributed_robust_regression_equals_in_memory_fit(client, likelihood):
 
 
 def test_dask_refuses_the_minibatch_route_of_a_likelihood_before_any_work(monkeypatch):
-    from skgpx.pathwise import _sparse
+    from skgpx._inducing import _collapsed as _sparse
 
     def never(*args, **kwargs):  # inducing inputs are the fit's first piece of work
         raise AssertionError("the fit started")

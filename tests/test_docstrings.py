@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 # module -> does it carry examples (every estimator must)
-MODULES = {"skgpx.pathwise._estimator": True, "skgpx.pathwise._classifier": True,
+MODULES = {"skgpx.pathwise._regressor": True, "skgpx.pathwise._classifier": True,
            "skgpx.dkp._estimator": True,
            "skgpx.datasets._regression": True, "skgpx.datasets._qep": True,
            "skgpx.datasets._digits": True, "skgpx.datasets._smooth_sparse": True,

@@ -194,7 +194,7 @@ def test_sparse_cross_kernel_is_exact_for_inputs_far_beyond_the_length_scales():
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
     from skgpx.kernels import TorchKernel
-    from skgpx.pathwise._sparse import stationary_cross
+    from skgpx._inducing._cross import stationary_cross
 
     kernel = ConstantKernel(2.0) * RBF([1.0, 0.5, 2.0])
     torch_kernel = TorchKernel(kernel)

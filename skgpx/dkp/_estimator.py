@@ -10,17 +10,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
-    Interval,
-    StrOptions,
-    TorchEstimatorMixin,
-    check_draw_memory,
-    check_magnitude,
-    check_n_samples,
-    prediction_generator,
-    column_standardisation,
-    progress_bar,
-    standard_normal,
-    to_numpy,
+    Interval, StrOptions, TorchEstimatorMixin, check_draw_memory, check_magnitude, check_n_samples,
+    prediction_generator, column_standardisation, progress_bar, standard_normal, to_numpy,
 )
 from ..linalg import NotPositiveDefiniteError
 from ._grams import GRAM_KERNELS
@@ -30,8 +21,8 @@ from ._model import (
 )
 from ._predict import build_prediction_cache, propagate
 from ._solver import sweep
-from ._sparse_mode import fit_sparse, inducing_spec
-from ._sparse_predict import predict_marginals
+from ._sparse._mode import fit_sparse, inducing_spec
+from ._sparse._predict import predict_marginals
 
 __all__ = ["DeepKernelProcessRegressor"]
 

@@ -1,7 +1,7 @@
 """Pathwise conditioning of Gaussian processes (Wilson et al., 2020)."""
 
 from ._classifier import PathwiseGPClassifier
-from ._estimator import PathwiseGPSampler
 from ._functions import PathwiseFunctions
+from ._regressor import PathwiseGPSampler
 
 __all__ = ["PathwiseFunctions", "PathwiseGPClassifier", "PathwiseGPSampler"]

@@ -8,17 +8,17 @@ from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ConstantKernel
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import (
-    Interval, StrOptions, TorchEstimatorMixin, check_magnitude, check_n_samples,
-    encode_classes, prediction_generator, to_numpy,
+    Interval, StrOptions, TorchEstimatorMixin, check_magnitude, check_n_samples, encode_classes,
+    prediction_generator, to_numpy,
 )
 from .._dask import dask_class_labels, dask_summaries, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel, split_white_noise
-from ._classifier_sparse import SparseClassifierMode, check_sparse_options, is_sparse
-from ._laplace import LINKS
-from ._laplace_draws import draw_latent
-from ._laplace_mode import LaplaceMode
-from ._laplace_views import probabilities_only
-from ._spectra import has_random_features
+from ._draws._spectra import has_random_features
+from ._laplace._draws import draw_latent
+from ._laplace._mode import LaplaceMode
+from ._laplace._newton import LINKS
+from ._laplace._views import probabilities_only
+from ._svgp._classification import SparseClassifierMode, check_sparse_options, is_sparse
 
 
 # fitted attributes that only one of the modes sets

@@ -17,8 +17,8 @@ import torch
 from sklearn.utils import check_array
 
 from .._base import loadable_device, rows_per_chunk, state_to_device, to_numpy
-from ._features import Buffers
-from ._sparse import stationary_cross
+from .._buffers import Buffers
+from .._inducing._cross import stationary_cross
 
 # Rows of an evaluation block come in multiples of this: every SIMD width and the BLAS
 # register tiles of 4, 8, 12, 16, 24 or 64 doubles divide it, so no vectorised loop has a

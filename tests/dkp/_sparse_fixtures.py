@@ -9,8 +9,8 @@ matrix is well conditioned.
 import torch
 
 from skgpx.dkp._model import DKPConfig, DKPState, node_matrix
-from skgpx.dkp._sparse_model import SparseDKPState, hidden_node, input_gram
-from skgpx.pathwise._sparse import Rows
+from skgpx.dkp._sparse._model import SparseDKPState, hidden_node, input_gram
+from skgpx._inducing._rows import Rows
 
 DTYPE = torch.float64
 
@@ -102,7 +102,7 @@ def make_rows(X, Y):
 
 def reference_gradients(config, state, X, Y, seeds):
     """Autograd through the unchunked :func:`reference_objective` (the oracle of S5)."""
-    from skgpx.dkp._sparse_model import reference_objective
+    from skgpx.dkp._sparse._model import reference_objective
 
     leaves = [t.detach().clone().requires_grad_() for t in state.tensors()]
     terms = reference_objective(config, state.with_tensors(leaves), X, Y)

@@ -7,9 +7,9 @@ from sklearn.datasets import make_friedman1
 
 from skgpx.dkp._model import DKPConfig
 from skgpx.dkp._sparse_adam import adam_fit, collapsed_q, uncollapsed_bound
-from skgpx.dkp._sparse_lbfgs import Packing
-from skgpx.dkp._sparse_model import SparseDKPState, prior_mean_grams, reference_objective
-from skgpx.pathwise._sparse import Rows
+from skgpx.dkp._sparse._lbfgs import Packing
+from skgpx.dkp._sparse._model import SparseDKPState, prior_mean_grams, reference_objective
+from skgpx._inducing._rows import Rows
 
 
 def _config(objective="dkp", input_scale=True, skip=True):

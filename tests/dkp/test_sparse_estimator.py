@@ -11,15 +11,15 @@ from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
 
 from skgpx import DeepKernelProcessRegressor, InsufficientMemoryError
-from skgpx.dkp import _sparse_predict
+from skgpx.dkp._sparse import _predict as _sparse_predict
 from skgpx.dkp._memory import sparse_fit_bytes
 from skgpx.dkp._predict import propagate
-from skgpx.dkp._sparse_model import (
+from skgpx.dkp._sparse._model import (
     SparseDKPState, inducing_blocks, prior_mean_grams, propagate_rows,
 )
-from skgpx.dkp._sparse_pass import objective_value
-from skgpx.dkp._sparse_predict import sparse_prediction_cache
-from skgpx.pathwise._sparse import Rows
+from skgpx.dkp._sparse._pass import objective_value
+from skgpx.dkp._sparse._predict import sparse_prediction_cache
+from skgpx._inducing._rows import Rows
 
 X, Y = make_friedman1(n_samples=60, n_features=5, noise=0.3, random_state=0)
 X_TEST = make_friedman1(n_samples=9, n_features=5, random_state=1)[0]
@@ -310,7 +310,7 @@ def test_verbose_progress_on_stderr(capfd):
 def test_a_long_fit_warns_with_its_estimate(monkeypatch):
     """Long work is never silent: the first iteration's time, projected over max_iter,
     warns once when it exceeds a minute (the clock is faked: 40 s per iteration)."""
-    from skgpx.dkp import _sparse_mode
+    from skgpx.dkp._sparse import _mode as _sparse_mode
 
     ticks = iter(np.arange(0.0, 1e6, 40.0))
     monkeypatch.setattr(_sparse_mode.time, "perf_counter", lambda: float(next(ticks)))

@@ -11,12 +11,12 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from skgpx import PathwiseGPSampler
 from skgpx.datasets import make_dkp_toy
-from skgpx.dkp import _sparse_lbfgs
+from skgpx.dkp._sparse import _lbfgs as _sparse_lbfgs
 from skgpx.dkp._model import Breakdown, DKPConfig, DKPState, dkp_objective
-from skgpx.dkp._sparse_lbfgs import PackedObjective, Packing, lbfgs_fit, maximise
-from skgpx.dkp._sparse_model import SparseDKPState, hidden_node, input_gram, prior_mean_grams
-from skgpx.dkp._sparse_pass import objective_value
-from skgpx.pathwise._sparse import Rows
+from skgpx.dkp._sparse._lbfgs import PackedObjective, Packing, lbfgs_fit, maximise
+from skgpx.dkp._sparse._model import SparseDKPState, hidden_node, input_gram, prior_mean_grams
+from skgpx.dkp._sparse._pass import objective_value
+from skgpx._inducing._rows import Rows
 
 DTYPE = torch.float64
 
@@ -397,7 +397,7 @@ def test_nested_inducing_sets_never_lower_the_optimum():
     short, or an objective whose prior terms do not telescope over nested sets, breaks it.
     Weights are fixed so that each fit converges tightly (they otherwise drift to a
     boundary, slowly)."""
-    from skgpx.pathwise._sparse import initial_inducing_points
+    from skgpx._inducing._points import initial_inducing_points
 
     config = _config(n_layers=1, nu=20.0, input_scale=False, learn_weights=False)
     rows = _rows(240, seed=3)

@@ -4,7 +4,7 @@
 S1/S2: with the training rows as inducing inputs (shared nugget) the sparse objective and
 its chunked gradients equal the full :func:`dkp_objective` and its autograd gradients.
 S7: with no hidden layer, ``objective='gp'`` and no input scale it is SGPR, the collapsed
-bound of :mod:`skgpx.pathwise._sparse` with the matching fixed kernel.
+bound of :mod:`skgpx._inducing._collapsed` with the matching fixed kernel.
 S8: extending the inducing set by the prior conditional keeps the prior terms and the rows,
 and cannot lower Titsias' bound.
 Also: autograd through the arc-cosine Gram kernels is finite and matches finite differences.
@@ -18,11 +18,12 @@ import torch
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from skgpx.dkp._model import dkp_objective
-from skgpx.dkp._sparse_model import (hidden_node, input_gram, prior_terms, propagate_rows,
-                                     reference_objective)
-from skgpx.dkp._sparse_pass import objective_gradients, objective_value
+from skgpx.dkp._sparse._model import (
+    hidden_node, input_gram, prior_terms, propagate_rows, reference_objective,
+)
+from skgpx.dkp._sparse._pass import objective_gradients, objective_value
 from skgpx.kernels import TorchKernel
-from skgpx.pathwise._sparse import elbo_value_and_grad
+from skgpx.pathwise._sgpr._bound import elbo_value_and_grad
 
 from ._sparse_fixtures import (DTYPE, make_config, make_data, make_full_state, make_inducing,
                                make_rows, make_sparse_state, sparse_from_full)
@@ -198,7 +199,7 @@ def test_nested_inducing_sets(kernel):
         float(prior_terms(config, small)), rel=1e-10)
     rows = make_rows(X, Y)
     lower, upper = (objective_value(config, s, rows, 16) for s in (small, large))
-    from skgpx.dkp._sparse_model import inducing_blocks
+    from skgpx.dkp._sparse._model import inducing_blocks
 
     cross1, diag1 = propagate_rows(config, inducing_blocks(config, small), X, small.jitter)
     cross2, diag2 = propagate_rows(config, inducing_blocks(config, large), X, large.jitter)

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-import skgpx.dkp._sparse_model as sparse_model
-import skgpx.dkp._sparse_pass as sparse_pass
-from skgpx.dkp._sparse_model import reference_objective
-from skgpx.dkp._sparse_pass import SEEDS, objective_gradients, objective_value
+import skgpx.dkp._sparse._model as sparse_model
+import skgpx.dkp._sparse._pass as sparse_pass
+from skgpx.dkp._sparse._model import reference_objective
+from skgpx.dkp._sparse._pass import SEEDS, objective_gradients, objective_value
 
 from ._sparse_fixtures import (make_config, make_data, make_inducing, make_rows,
                                make_sparse_state, reference_gradients)

@@ -9,18 +9,17 @@ import torch
 
 from skgpx.dkp._model import DKPConfig, DKPState
 from skgpx.dkp._solver import sweep
-from skgpx.dkp._sparse_model import (
-    SparseDKPState, prior_mean_grams, reference_objective,
-)
-from skgpx.dkp._sparse_pass import objective_gradients
-from skgpx.dkp._sparse_solver import (
+from skgpx.dkp._sparse._model import SparseDKPState, prior_mean_grams, reference_objective
+from skgpx.dkp._sparse._pass import objective_gradients
+from skgpx.dkp._sparse._solver import (
     layer_coefficients, newton_fit, node_grams, omega_coefficients, psd_split, sparse_sweep,
 )
-from skgpx.dkp._sparse_weights import (
+from skgpx.dkp._sparse._weights import (
     _unscaled, bound_in_output_weights, output_newton, transport, transported_gradient,
     transported_omega_gradient,
 )
-from skgpx.pathwise._sparse import Rows, collapsed_elbo
+from skgpx._inducing._rows import Rows
+from skgpx._inducing._collapsed import collapsed_elbo
 
 DT = torch.float64
 

@@ -22,7 +22,7 @@ KERNEL = ConstantKernel(1.5, "fixed") * Matern([0.7, 1.3], "fixed", nu=2.5) + Wh
 def cost():
     """The module of the switch and of the estimate (imported here: the behaviour tests
     below need no private name)."""
-    from skgpx.pathwise import _exact_solver
+    from skgpx.pathwise._exact import _solver as _exact_solver
 
     return _exact_solver
 

@@ -15,9 +15,9 @@ import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from skgpx import PathwiseGPSampler
-from skgpx.pathwise._engine import Mode, PriorMode
-from skgpx.pathwise._exact_mode import ExactMode
-from skgpx.pathwise._sparse_mode import SparseMode
+from skgpx.pathwise._modes import Mode, PriorMode
+from skgpx.pathwise._exact._mode import ExactMode
+from skgpx.pathwise._sgpr._mode import SparseMode
 
 from _fake_cuda import cuda_tagged_pickle
 from ._oracles import query_points, sine_data

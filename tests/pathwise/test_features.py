@@ -22,8 +22,8 @@ from sklearn.gaussian_process.kernels import (
 
 from skgpx import PathwiseGPSampler
 from skgpx._base import cpu_generator
-from skgpx.pathwise._spectra import spectral_terms
-from skgpx.pathwise._features import draw_random_features
+from skgpx.pathwise._draws._spectra import spectral_terms
+from skgpx.pathwise._draws._features import draw_random_features
 
 from ._oracles import NOISE, query_points, sine_data
 

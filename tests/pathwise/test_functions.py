@@ -377,7 +377,7 @@ def test_update_kernel_keeps_its_digits_when_data_span_many_length_scales(name):
     # eps); from the differences x - z it is within eps (1 + r^2) of the exact value.
     from sklearn.gaussian_process.kernels import RBF, WhiteKernel
 
-    from skgpx.pathwise._sparse import stationary_cross
+    from skgpx._inducing._cross import stationary_cross
 
     # the reference needs a long double wider than double (x86-64 and aarch64 Linux have one)
     assert np.finfo(np.longdouble).eps < 1e-18

@@ -22,11 +22,9 @@ from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
 from skgpx.kernels import TorchKernel
-from skgpx.pathwise import _laplace, _laplace_fit
-from skgpx.pathwise._laplace import (
-    COEFS, LAMBDAS, link_derivatives, positive_probability,
-)
-from skgpx.pathwise._laplace_fit import HyperparameterMap, LaplaceProblems, lockstep_lbfgs
+from skgpx.pathwise._laplace._newton import _newton as _laplace, _fit as _laplace_fit
+from skgpx.pathwise._laplace._newton import COEFS, LAMBDAS, link_derivatives, positive_probability
+from skgpx.pathwise._laplace._fit import HyperparameterMap, LaplaceProblems, lockstep_lbfgs
 
 from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""Expected log-likelihoods of the sparse classifier (``skgpx.pathwise._likelihoods``).
+"""Expected log-likelihoods of the sparse classifier (``skgpx.pathwise._likelihoods._classification``).
 
 References are independent: scipy's adaptive quadrature of the defining integrals
 (``scipy.integrate.quad``, absolute error ~1e-12 here), autograd through the quadrature
@@ -24,7 +24,7 @@ import scipy.special
 import scipy.stats
 import torch
 
-from skgpx.pathwise._likelihoods import Bernoulli, Gaussian, Softmax
+from skgpx.pathwise._likelihoods._classification import Bernoulli, Gaussian, Softmax
 
 # (mu, var); v = 4 needs more nodes than the default 20 for 1e-8 (the rule's error grows with
 # v: ~1e-6 at Q = 20, ~1e-11 at Q = 60; see ``Bernoulli``)

@@ -1,4 +1,4 @@
-"""Regression likelihoods of the SVGP engine (``skgpx.pathwise._regression_likelihoods``).
+"""Regression likelihoods of the SVGP engine (``skgpx.pathwise._likelihoods._regression``).
 
 References are independent of the code under test: scipy's adaptive quadrature of the
 defining integrals (``quad`` with break points at ``r = 0, +-sqrt(a)``, absolute error
@@ -23,8 +23,7 @@ import scipy.special
 import scipy.stats
 import torch
 
-from skgpx.pathwise._regression_likelihoods import (NOISE_FLOOR, HeteroscedasticGaussian,
-                                                    StudentT)
+from skgpx.pathwise._likelihoods._regression import NOISE_FLOOR, HeteroscedasticGaussian, StudentT
 
 # (nu, sigma, y - mu, var): narrow (Gauss-Hermite) and wide (sinh rule) marginals, outliers
 # at 30 sigma, var up to 100 sigma^2, nu from 2.1 to 100; the last at v / (nu sigma^2) = 0.2,

@@ -194,7 +194,7 @@ def test_heteroscedastic_fits_data_it_can_fit_exactly(kind):
     expected log density by -log(2 pi a) / 2 (and KL >= 0), so the bound too."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from skgpx.pathwise._regression_likelihoods import NOISE_FLOOR
+    from skgpx.pathwise._likelihoods._regression import NOISE_FLOOR
 
     Xk, yk = EXACT_FITS[kind]
     est = PathwiseGPSampler(C(1.0) * RBF(1.0), likelihood="heteroscedastic", n_inducing=8,

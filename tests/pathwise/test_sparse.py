@@ -369,7 +369,7 @@ def test_sparse_lbfgs_stops_at_a_stationary_point_of_the_bound_per_row():
     an irrelevant length scale (bound ~ c - g e^{-2u}) has at most g / 2 per row left."""
     from sklearn.datasets import make_friedman1
 
-    from skgpx.pathwise._solver import SPARSE_GRADIENT_TOL
+    from skgpx.pathwise._optimize import SPARSE_GRADIENT_TOL
 
     n, d = 3000, 6
     X, y = make_friedman1(n, n_features=d, noise=1.0, random_state=0)
@@ -395,7 +395,7 @@ def test_sparse_lbfgs_stops_at_a_stationary_point_of_the_bound_per_row():
 
 
 def test_presolve_sizes_take_a_tenth_while_there_are_50000_rows():
-    from skgpx.pathwise._solver import presolve_sizes
+    from skgpx.pathwise._sgpr._fit import presolve_sizes
 
     assert presolve_sizes(49_999, "auto") == []
     assert presolve_sizes(50_000, "auto") == [5000]
@@ -413,7 +413,7 @@ def test_presolve_starts_the_fit_on_all_rows_at_the_subset_optimum(monkeypatch):
     optimum, see the test above); the history holds only the bound on all rows."""
     from sklearn.datasets import make_friedman1
 
-    from skgpx.pathwise import _solver
+    from skgpx.pathwise import _optimize as _solver
 
     calls, lbfgs = [], _solver.lbfgs
 

@@ -6,7 +6,7 @@ import torch
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
 
 from skgpx.kernels import TorchKernel
-from skgpx.pathwise import _sparse
+from skgpx._inducing import _collapsed as _sparse
 
 RNG = np.random.default_rng(7)
 X = torch.tensor(RNG.uniform(0, 4, (300, 2)) + 100.0)  # off-centre inputs, as users give them

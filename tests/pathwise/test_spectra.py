@@ -6,12 +6,8 @@ import torch
 from scipy import stats
 from sklearn.gaussian_process import kernels as sk
 
-from skgpx.pathwise._spectra import (
-    ConstantTerm,
-    LinearTerm,
-    StationaryTerm,
-    sample_unit_frequencies,
-    scrambled_sobol,
+from skgpx.pathwise._draws._spectra import (
+    ConstantTerm, LinearTerm, StationaryTerm, sample_unit_frequencies, scrambled_sobol,
     spectral_terms,
 )
 
@@ -90,7 +86,7 @@ def test_qmc_frequencies_reproduce_the_kernel_in_three_dimensions(kernel):
 
 def _rms_kernel_error(kernel, Xq, F, qmc):
     from skgpx._base import cpu_generator
-    from skgpx.pathwise._features import draw_random_features
+    from skgpx.pathwise._draws._features import draw_random_features
 
     K, d = kernel(Xq), Xq.shape[1]
     errors = []

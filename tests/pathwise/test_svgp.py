@@ -1,4 +1,4 @@
-"""The whitened SVGP classification engine (``skgpx.pathwise._svgp``, ``_svgp_fit``).
+"""The whitened SVGP classification engine (``skgpx.pathwise._svgp._bound``, ``_svgp_fit``).
 
 References: dense whitened formulas on scikit-learn kernel objects written here with numpy
 (marginals, bound), scikit-learn's / skgpx's SGPR optimum (``_sparse.fit_factors``: Titsias'
@@ -26,11 +26,13 @@ from sklearn.gaussian_process.kernels import (RBF, ConstantKernel, DotProduct, M
                                               RationalQuadratic, WhiteKernel)
 
 from skgpx.kernels import TorchKernel, split_white_noise
-from skgpx.pathwise._likelihoods import Bernoulli, Gaussian, Softmax
-from skgpx.pathwise._sparse import Rows, fit_factors, inducing_cholesky, whitening
-from skgpx.pathwise._predict import draw_exact
-from skgpx.pathwise._svgp import WhitenedQ, evaluate, marginals
-from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW, SVGPMode
+from skgpx.pathwise._likelihoods._classification import Bernoulli, Gaussian, Softmax
+from skgpx._inducing._rows import Rows
+from skgpx.pathwise._sgpr._posterior import fit_factors
+from skgpx._inducing._collapsed import inducing_cholesky, whitening
+from skgpx.pathwise._draws._posterior import draw_exact
+from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals
+from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPMode
 
 from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores
 

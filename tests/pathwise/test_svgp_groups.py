@@ -1,5 +1,5 @@
 """The SVGP engine's latent groups, likelihood hyperparameters and safeguarded natural
-steps (``skgpx.pathwise._svgp``, ``_svgp_fit``, ``_svgp_inner``): the engine that the
+steps (``skgpx.pathwise._svgp._bound``, ``_svgp_fit``, ``_svgp_inner``): the engine that the
 Student-t and heteroscedastic regression of issue 33 run on.
 
 Oracles: Titsias' collapsed bound (``_sparse.elbo_value_and_grad``, an SGPR with the noise
@@ -20,10 +20,11 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Wh
 
 from skgpx.kernels import TorchKernel
 from skgpx.linalg import NotPositiveDefiniteError
-from skgpx.pathwise._likelihoods import Gaussian
-from skgpx.pathwise._sparse import Rows, elbo_value_and_grad
-from skgpx.pathwise._svgp import Groups, WhitenedQ, evaluate
-from skgpx.pathwise._svgp_fit import SVGPMode
+from skgpx.pathwise._likelihoods._classification import Gaussian
+from skgpx._inducing._rows import Rows
+from skgpx.pathwise._sgpr._bound import elbo_value_and_grad
+from skgpx.pathwise._svgp._bound import Groups, WhitenedQ, evaluate
+from skgpx.pathwise._svgp._engine import SVGPMode
 
 DT = torch.float64
 JITTER = 1e-8

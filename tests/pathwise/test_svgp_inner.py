@@ -1,4 +1,4 @@
-"""The L-BFGS-B route's inner loop with ``A`` held (``skgpx.pathwise._svgp_inner``) and its
+"""The L-BFGS-B route's inner loop with ``A`` held (``skgpx.pathwise._svgp._inner``) and its
 plateau rule (``_svgp_fit._lbfgs_plateau``).
 
 References: the chunked full pass of ``_svgp`` (``evaluate``, ``marginals``,
@@ -18,12 +18,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from skgpx.kernels import TorchKernel
-from skgpx.pathwise._likelihoods import Bernoulli, Softmax
-from skgpx.pathwise._sparse import Rows, inducing_cholesky, whitening
-from skgpx.pathwise._svgp import WhitenedQ, evaluate, marginals, triangular_inverse
-from skgpx.pathwise import _svgp_fit
-from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW, SVGPMode
-from skgpx.pathwise._svgp_inner import InnerProblem, optimal_q
+from skgpx.pathwise._likelihoods._classification import Bernoulli, Softmax
+from skgpx._inducing._rows import Rows
+from skgpx._inducing._collapsed import inducing_cholesky, whitening
+from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals, triangular_inverse
+from skgpx.pathwise._svgp._bound import _engine as _svgp_fit
+from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPMode
+from skgpx.pathwise._svgp._inner import InnerProblem, optimal_q
 
 from .test_svgp import DT, JITTER, KERNELS, _data, _moment_optimum, _random_q
 

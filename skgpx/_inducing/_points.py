@@ -1,0 +1,25 @@
+"""Initial inducing inputs: k-means++ seeding on a subset of the rows."""
+
+import numpy as np
+
+
+def initial_inducing_points(X, n_inducing, rng, max_rows=4096):
+    """``n_inducing`` rows of X picked by k-means++ seeding (a random subset when m >= n/2).
+
+    k-means++ runs on a random subset of at most ``max(max_rows, 10 m)`` rows: its cost
+    is ``O(n m d log m)``, and on millions of rows the subset gives the same spread.
+    """
+    from sklearn.cluster import kmeans_plusplus
+
+    n = X.shape[0]
+    m = min(int(n_inducing), n)
+    if 2 * m >= n:
+        return np.array(X[np.sort(rng.choice(n, size=m, replace=False))])
+    rows = min(n, max(max_rows, 10 * m))
+    # np.asarray gathers only the subset of a Dask array
+    subset = np.asarray(X if rows == n else X[np.sort(rng.choice(n, size=rows, replace=False))])
+    centers, _ = kmeans_plusplus(subset, n_clusters=m, random_state=rng)
+    return np.array(centers)
+
+
+__all__ = ["initial_inducing_points"]
