@@ -278,7 +278,7 @@ def test_kernel_values_match_closed_forms(name):
 
 
 def _seed_contract(m_matrix, n_matrix, weight):
-    """The seed's printed form ``M o A + 2 Diag(A N)`` (Eqs. 25, 31): wrong for non-symmetric N."""
+    """The paper's printed form ``M o A + 2 Diag(A N)`` (Eqs. 25, 31): wrong for non-symmetric N."""
     return m_matrix * weight + 2.0 * torch.diag(torch.diagonal(weight @ n_matrix))
 
 

@@ -59,7 +59,7 @@ def _config(model):
 # --------------------------------------------------------------- T5: linear layer
 @pytest.mark.parametrize("ratio", [0.1, 1.0, 3.0])
 def test_linear_layer_fixed_point(ratio):
-    """T5: iterating the layer update with K(G) = G (no mirror) solves seed Eq. 16."""
+    """T5: iterating the layer update with K(G) = G (no mirror) solves the paper's Eq. 16."""
     from skgpx.dkp._riccati import solve_care
 
     rng = np.random.default_rng(1)
@@ -159,7 +159,7 @@ def test_huge_dof_pins_grams_to_prior_means():
 
 # ----------------------------------------------------------- T9: train-test Grams
 def _numpy_propagation(model, X_test):
-    """Seed Eqs. 139-141 on joint (train, test) Gram matrices, in numpy: the Eye jitter on
+    """The paper's Eqs. 139-141 on joint (train, test) Gram matrices, in numpy: the Eye jitter on
     the joint diagonal sits on the ii and tt diagonals only."""
     X_train = _standardised(model.X_train_)
     X_t = (X_test - model.X_train_.mean(0)) / model.X_train_.std(0)
