@@ -2,7 +2,8 @@
 
 * :class:`TensorBatches` slices whole tensors into mini-batches (a ``DataLoader``'s per-row
   ``__getitem__`` and collation cost more than a small model's step);
-* :class:`EpochBar` is the one progress bar per fit over epochs of conventions Sec. 6;
+* :class:`EpochBar` is the one progress bar per fit over epochs
+  (``verbose >= 1``), in place of skorch's per-batch bar;
 * :func:`silent` is a print sink for skorch callbacks when ``verbose < 2``;
 * :class:`PortableNet`, the base of the families' nets, pickles so that a GPU-fitted
   estimator loads on a machine without CUDA.

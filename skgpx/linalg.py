@@ -269,7 +269,7 @@ def spd_logdet(matrix, name="matrix"):
     return _SPDLogdet.apply(matrix, name)
 
 
-# Matrix-free Krylov solves (issue 14): chunked kernel operator, preconditioners, block CG.
+# Matrix-free Krylov solves: chunked kernel operator, preconditioners, block CG.
 from ._krylov import (  # noqa: E402
     CGResult,
     ConjugateGradientError,

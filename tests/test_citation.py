@@ -7,7 +7,7 @@ import skgpx
 
 CITATION = Path(__file__).resolve().parents[1] / "CITATION.cff"
 
-# the source paper of each family (titles as in the specs)
+# the source paper of each family, by title
 PAPERS = {
     "Efficiently sampling functions from Gaussian process posteriors": 2020,
     "A fast point solver for deep nonlinear function approximators": 2021,

@@ -1,4 +1,4 @@
-"""The estimator contract shared by every public estimator (conventions §2, §3, §5, §6, §8):
+"""The estimator contract shared by every public estimator:
 pickling, seeds, untouched global random number generators, silence at ``verbose=0``, float32
 close to float64 (tests/test_float32.py), and inputs that are neither modified nor aliased.
 
@@ -118,7 +118,7 @@ def _pathwise_extra(est, Xq):
 
 
 def _pathwise_likelihood(likelihood, **params):
-    # issue 33: the sparse variational fit of a non-Gaussian likelihood (full-data passes)
+    # the sparse variational fit of a non-Gaussian likelihood (full-data passes)
     return PathwiseGPSampler(**{
         "kernel": ConstantKernel(1.0) * RBF(1.0), "likelihood": likelihood, "n_inducing": 10,
         "max_iter": 15, "n_features": 64, "random_state": 0, "device": "cpu", **params})

@@ -266,7 +266,7 @@ def test_distributed_sparse_classifier_equals_in_memory_fit(client):
 
 @pytest.mark.parametrize("likelihood", ["student_t", "heteroscedastic"])
 def test_distributed_robust_regression_equals_in_memory_fit(client, likelihood):
-    # issue 33: the bound of a non-Gaussian likelihood and its gradient in the kernels',
+    # the bound of a non-Gaussian likelihood and its gradient in the kernels',
     # the likelihood's hyperparameters and Z (g's own Z here), summed on the workers
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, size=(600, 2))

@@ -122,7 +122,7 @@ def test_bad_length_scale():
 
 
 # ---------------------------------------------------------------------------------------------
-# Deep Q-EP paper data sets (/work/shared/seeds/001_fa5885c0f1d7844f.txt, Sec. 5.1 and 5.2)
+# Deep Q-EP paper data sets (Chang et al., arXiv:2410.22119, Secs. 5.1 and 5.2)
 
 
 def test_step_turn_shapes_and_dtypes():
@@ -293,7 +293,7 @@ def test_rhombus_labels_other_u():
 
 def test_rhombus_test_grid():
     # The benchmark's test set: the 50 x 50 grid of [-3, 3]^2; the majority class (0) holds
-    # about 55% of it under the script's labels (spec deep_qep.md Sec. 6.4).
+    # about 55% of it under the script's labels.
     g = np.linspace(-3, 3, 50)
     grid = np.column_stack([a.ravel() for a in np.meshgrid(g, g)])
     y = rhombus_labels(grid)
@@ -499,7 +499,7 @@ def test_corrupt_digits_rejects_bad_arguments():
 
 
 # ---------------------------------------------------------------------------------------------
-# Robust and heteroscedastic regression (issue 33): make_heteroscedastic, make_friedman_outliers
+# Robust and heteroscedastic regression: make_heteroscedastic, make_friedman_outliers
 
 from sklearn.datasets import make_friedman1  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Hostile inputs every public estimator must refuse clearly (issue 18).
+"""Hostile inputs every public estimator must refuse clearly.
 
 Magnitudes beyond ``skgpx._base.MAX_MAGNITUDE`` (squares would overflow) raise a
 ValueError naming the bound, in fit (X and y) and in every prediction method (X); a large

@@ -1,4 +1,4 @@
-"""A model fitted on a GPU loads on a machine without one (conventions Sec. 3).
+"""A model fitted on a GPU loads on a machine without one.
 
 Every public estimator (the sampler in exact and sparse mode) and the ``PathwiseFunctions`` it
 returns, pickled (``pickle`` and ``joblib``) as a GPU fit writes it, load on the CPU with the

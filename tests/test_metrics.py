@@ -1,5 +1,4 @@
-"""skgpx.metrics against scikit-learn, hand examples and reference loops (spec kep_svgp
-Sec. 6, oracle 8)."""
+"""skgpx.metrics against scikit-learn, hand examples and reference loops."""
 
 import numpy as np
 import pytest

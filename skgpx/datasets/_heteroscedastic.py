@@ -1,5 +1,5 @@
 """Regression data that break the Gaussian, one-noise-level model: input-dependent noise and
-gross outliers (the benchmarks of robust and heteroscedastic regression, issue 33)."""
+gross outliers (the benchmarks of robust and heteroscedastic regression)."""
 
 import numbers
 

@@ -189,7 +189,7 @@ def contract_derivatives(m_matrix, n_matrix, weight):
 def chain_derivatives(inner, outer):
     """Derivatives of ``K_b(K_a(G))`` from those of ``K_a`` (inner) and ``K_b`` (outer).
 
-    Seed Eqs. 148 and 151::
+    The paper's Eqs. 148 and 151::
 
         M = M_a o M_b,      N = M_b o N_a + Diag(M_a + 2 N_a) N_b.
 

@@ -34,7 +34,7 @@ def _test_bytes(n_test, n_train, n_layers, dtype, numpy_copies=1):
 
 
 def sparse_fit_bytes(n_rows, n_features, n_targets, n_layers, n_inducing, chunk, dtype):
-    """Peak bytes of a sparse fit (issue 34).
+    """Peak bytes of a sparse fit.
 
     With ``L = n_layers + 1`` nodes, ``m`` inducing inputs and chunks of ``b`` rows, the
     torch buffers are ``(4L + 8) m^2`` (the inducing blocks ``S_j``, their factors, ``A_l``,

@@ -69,7 +69,7 @@ def log_evidence(Z, y, noise_var):
 
 @dataclass
 class Conditional:
-    """Gaussian conditioning of ``a ~ N(0, I_m)`` on ``y = Z a + e``: the posterior of Sec. 5,
+    """Gaussian conditioning of ``a ~ N(0, I_m)`` on ``y = Z a + e``: the coefficient posterior,
 
     ``mu_a = Z^T S_n^-1 y = S^-1 Z^T y``,  ``Sigma_a = I - Z^T S_n^-1 Z = s2 S^-1``,
 

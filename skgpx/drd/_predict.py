@@ -1,4 +1,4 @@
-"""What prediction needs from a fitted sDRD model, and the draws of Sec. 5.
+"""What prediction needs from a fitted sDRD model, and its posterior draws.
 
 A :class:`FittedPosterior` holds, in internal units, the trimmed scale ``sqrt(g(u*))``, the
 :class:`~skgpx.drd._model.Conditional` of the whitened coefficients ``a`` and the fitted

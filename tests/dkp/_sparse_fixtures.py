@@ -1,4 +1,4 @@
-"""Small problems for the sparse deep kernel process tests (issue 34).
+"""Small problems for the sparse deep kernel process tests.
 
 Random positive-definite Grams around the prior mean (``S + B B^T``, ``B ~ 0.05``), as the
 reduction study behind doc/design_notes.rst, "Inducing-point deep kernel process": far

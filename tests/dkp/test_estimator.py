@@ -1,4 +1,4 @@
-"""API and contract tests of DeepKernelProcessRegressor (spec dkp.md Secs. 10-13)."""
+"""API and contract tests of DeepKernelProcessRegressor: oracles T11-T13."""
 
 import pickle
 import warnings
@@ -21,7 +21,7 @@ def _fit(**params):
     return DeepKernelProcessRegressor(**{**FAST, **params}).fit(X, Y)
 
 
-# ----------------------------------------------------------------------------- T11
+# --------------------------------------------------- T11: permutation equivariance
 def test_permutation_equivariance():
     model = _fit()
     order = np.random.default_rng(0).permutation(len(X))
@@ -90,7 +90,7 @@ def test_sample_y_moments():
                                   model.sample_y(X_TEST, 2))
 
 
-# ----------------------------------------------------------------------------- T12
+# ---------------------------------------- T12: estimator checks, pickling, devices
 # Pickling, determinism, the untouched global RNGs and inputs, silence at verbose=0 and
 # float32 (at jitter=1e-3) are tested for every estimator in tests/test_common.py and
 # tests/test_float32.py.
@@ -161,7 +161,7 @@ def test_duplicate_points_without_jitter_escalate_with_warning():
     assert np.all(np.isfinite(model.predict(X_TEST)))
 
 
-# ----------------------------------------------------------------------------- T13
+# ------------------------------------------------------------------ T13: bad input
 @pytest.mark.parametrize(
     "params, match",
     [

@@ -1,4 +1,7 @@
-"""Gram kernels and their derivatives (spec dkp §3-§5, oracles T1 and T2 of §13).
+"""Gram kernels and their derivatives (the paper's Sec. 4.2, Apps. C, I, J).
+
+Oracles: T1, M and N against central finite differences of K(G + h dG); T2, D and T
+against directional derivatives of log|K(G) + 0.1 I| and Tr((K(G) + 0.1 I)^-1 G').
 
 Linearisation convention: for symmetric dG,
 ``dK = dG o M + Diag(dG) N + N^T Diag(dG)`` with ``Diag(A) = I o A``.
@@ -144,7 +147,7 @@ def test_kernel_names():
     assert tuple(GRAM_KERNELS) == KERNELS
 
 
-# ----------------------------------------------------------------------------- T1: M, N
+# -------------------------------------------------- T1: M, N against finite differences
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -188,7 +191,8 @@ def test_t1_entrywise_jacobian(name):
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_derivative_shapes_and_diagonal_convention(name):
-    """Spec §3.1-3.3: M symmetric; arc-cosine puts the diagonal slope in N (M_ii = 0)."""
+    """Linearisation convention (Eqs. 21-23): M symmetric; arc-cosine puts the diagonal slope
+    in N (M_ii = 0)."""
     gram = _test_gram(4)
     kernel, m_matrix, n_matrix = gram_kernel_derivatives(name, gram)
     assert kernel.shape == m_matrix.shape == n_matrix.shape == (P, P)
@@ -270,11 +274,11 @@ def test_kernel_values_match_closed_forms(name):
     np.testing.assert_allclose(diag, expected_diag, rtol=1e-14, atol=0)
 
 
-# ----------------------------------------------------------------------------- T2: D, T
+# --------------------------------------------- T2: D, T against directional derivatives
 
 
 def _seed_contract(m_matrix, n_matrix, weight):
-    """The seed's printed form ``M o A + 2 Diag(A N)`` (Eqs. 25, 31): wrong for non-symmetric N."""
+    """The paper's printed form ``M o A + 2 Diag(A N)`` (Eqs. 25, 31): wrong for non-symmetric N."""
     return m_matrix * weight + 2.0 * torch.diag(torch.diagonal(weight @ n_matrix))
 
 
@@ -326,7 +330,8 @@ def test_t2_d_and_t_match_directional_derivatives(case, seed):
 
 @pytest.mark.parametrize("name", ["arccos0", "arccos1"])
 def test_t2_seed_diag_an_form_fails_for_arccos(name):
-    """Regression (spec §16 item 2): Diag(A N) instead of Diag(N A) is wrong for arc-cosine."""
+    """Regression (the paper's Eqs. 25, 31, 111, 115): Diag(A N) instead of Diag(N A) is
+    wrong for arc-cosine."""
     errors = _t2_errors(("kernel", name), 0, _seed_contract)
     assert min(errors) > 1e-3, errors
     # the corrected form, on the very same data, passes

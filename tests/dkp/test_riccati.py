@@ -45,7 +45,7 @@ def test_care_solvers_match_scipy(P, alpha):
         assert _rel(G, expected) < 1e-10
         assert _care_rel_residual(alpha, U, Q, G) < 1e-10
         np.testing.assert_array_equal(G, G.T)
-    # Kleinman through solve_care, and from the identity start the brief asked for
+    # Kleinman through solve_care, and from the identity (cold) start
     for init in (None, torch.eye(P, dtype=torch.float64)):
         G, info = solve_care(alpha, Ut, Qt, method="kleinman", initial=init)
         assert info["method"] == "kleinman" and info["converged"]

@@ -1,4 +1,5 @@
-"""Solver oracles of spec dkp.md Sec. 13: T5 (linear layer), T6-T10."""
+"""Solver oracles T5-T10: linear layer, ascent, stationary fixed point, huge dof, train-test
+Grams and the shallow GP against sklearn."""
 
 import math
 import warnings
@@ -55,10 +56,10 @@ def _config(model):
     return model._config(model.dof_)
 
 
-# ----------------------------------------------------------------------------- T5
+# --------------------------------------------------------------- T5: linear layer
 @pytest.mark.parametrize("ratio", [0.1, 1.0, 3.0])
 def test_linear_layer_fixed_point(ratio):
-    """T5: iterating the layer update with K(G) = G (no mirror) solves seed Eq. 16."""
+    """T5: iterating the layer update with K(G) = G (no mirror) solves the paper's Eq. 16."""
     from skgpx.dkp._riccati import solve_care
 
     rng = np.random.default_rng(1)
@@ -77,7 +78,7 @@ def test_linear_layer_fixed_point(ratio):
     assert float(torch.linalg.eigvalsh(G).min()) > 0
 
 
-# ----------------------------------------------------------------------------- T6
+# --------------------------------------------------------------------- T6: ascent
 def _assert_ascent(history):
     history = np.asarray(history)
     drops = np.diff(history)
@@ -119,7 +120,7 @@ def test_prior_initialisation_has_zero_kl():
     assert model.objective_history_[0] == pytest.approx(gp.objective_history_[0], rel=1e-10)
 
 
-# ----------------------------------------------------------------------------- T7
+# ---------------------------------------------- T7: the fixed point is stationary
 @pytest.mark.slow
 def test_fixed_point_is_stationary():
     """T7: after many sweeps the scale-free autograd gradient in every G_l vanishes, and
@@ -141,7 +142,7 @@ def test_fixed_point_is_stationary():
     assert other.objective_ == pytest.approx(model.objective_, abs=1e-5)
 
 
-# ----------------------------------------------------------------------------- T8
+# ------------------------------------------------------------------- T8: huge dof
 def test_huge_dof_pins_grams_to_prior_means():
     common = dict(input_scale=False, learn_weights=False, learn_noise=False, device="cpu")
     model = DeepKernelProcessRegressor(dof=1e8, max_iter=3, **common).fit(TOY_X, TOY_Y)
@@ -156,9 +157,9 @@ def test_huge_dof_pins_grams_to_prior_means():
     np.testing.assert_allclose(std, gp_std, rtol=1e-5)
 
 
-# ----------------------------------------------------------------------------- T9
+# ----------------------------------------------------------- T9: train-test Grams
 def _numpy_propagation(model, X_test):
-    """Seed Eqs. 139-141 on joint (train, test) Gram matrices, in numpy: the Eye jitter on
+    """The paper's Eqs. 139-141 on joint (train, test) Gram matrices, in numpy: the Eye jitter on
     the joint diagonal sits on the ii and tt diagonals only."""
     X_train = _standardised(model.X_train_)
     X_t = (X_test - model.X_train_.mean(0)) / model.X_train_.std(0)
@@ -214,7 +215,7 @@ def test_predicted_grams_approach_training_grams_linearly_in_jitter():
     np.testing.assert_allclose(ratios, 10.0, rtol=0.1)
 
 
-# ----------------------------------------------------------------------------- T10
+# ------------------------------------------------- T10: shallow GP against sklearn
 @pytest.mark.parametrize("n_targets", [1, 2])
 def test_shallow_gp_matches_sklearn(n_targets):
     X = TOY_X
@@ -235,7 +236,7 @@ def test_shallow_gp_matches_sklearn(n_targets):
 
 
 def test_output_weight_update_reaches_sklearn_noise():
-    """Spec Sec. 7 oracle: ten natural-gradient steps reach sklearn's noise level."""
+    """Sum-kernel weights (App. K): ten natural-gradient steps reach sklearn's noise level."""
     model = DeepKernelProcessRegressor(
         n_layers=0, input_scale=False, objective="gp", max_iter=10, device="cpu"
     ).fit(TOY_X, TOY_Y)
@@ -320,7 +321,7 @@ def test_shallow_gp_reaches_sklearn_optimum_at_any_noise(noise, n_targets):
     of the optimum, with sklearn's LML gradient 1e-6..1e-4 at the fitted point, whatever
     max_iter: their predicted gains fell below the rounding level of the objective while
     the weights were still off.  Newton steps (observed Hessian) reach the optimum.  The
-    objective is sklearn's LML (summed over targets for 2-D y, spec Sec. 1.1)."""
+    objective is sklearn's LML (summed over targets for 2-D y)."""
     X, y = _gp_draw_data(noise, n_targets)
     theta, gradient = _sklearn_optimum(X, y)
     np.testing.assert_allclose(gradient, 0.0, atol=1e-8)  # the oracle is stationary
@@ -401,7 +402,7 @@ def test_deep_gp_does_not_stop_away_from_a_stationary_point(data, max_iter):
     from sklearn.datasets import make_friedman1
 
     X, y = (TOY_X, TOY_Y) if data == "toy" else make_friedman1(
-        n_samples=330, n_features=6, noise=0.5, random_state=0)  # spec Sec. 14's set
+        n_samples=330, n_features=6, noise=0.5, random_state=0)  # the benchmarks' friedman set
     X, y = X[:200], y[:200]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -572,7 +573,7 @@ def test_rejected_joint_trial_is_followed_by_the_parabola_maximiser():
 
 
 def test_input_scale_learns_relevances_on_friedman1():
-    """make_friedman1 with d = 6: the seed's block update leaves Omega at I (spec Sec. 8),
+    """make_friedman1 with d = 6: the paper's block update leaves Omega at I (App. L),
     the joint steps shrink the linear and irrelevant inputs 4-6 below the interacting
     inputs 1-2, and every step keeps the objective ascending."""
     from sklearn.datasets import make_friedman1

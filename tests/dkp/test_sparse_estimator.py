@@ -1,5 +1,5 @@
 """The sparse (inducing-point) mode of DeepKernelProcessRegressor: parameters, contract,
-prediction algebra, memory guard, pickling and devices (issue 34, oracles S12-S15)."""
+prediction algebra, memory guard, pickling and devices (oracles S12-S15)."""
 
 import pickle
 import warnings

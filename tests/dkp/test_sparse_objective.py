@@ -1,4 +1,4 @@
-"""The sparse DKP objective against independent oracles (issue 34; doc/design_notes.rst,
+"""The sparse DKP objective against independent oracles (doc/design_notes.rst,
 "Inducing-point deep kernel process", objective and shared nugget).
 
 S1/S2: with the training rows as inducing inputs (shared nugget) the sparse objective and

@@ -1,4 +1,4 @@
-"""The chunked two-pass value and gradients of the sparse DKP (issue 34; doc/design_notes.rst,
+"""The chunked two-pass value and gradients of the sparse DKP (doc/design_notes.rst,
 "Inducing-point deep kernel process", two-pass gradient).
 
 S5: the passes equal autograd through the unchunked reference objective, for every seed

@@ -1,5 +1,5 @@
 """The sparse Newton-like (CARE) solver: fixed point, reduction to the full step, ascent,
-the output-weight Newton and convergence (issue 34; doc/design_notes.rst, "Inducing-point
+the output-weight Newton and convergence (doc/design_notes.rst, "Inducing-point
 deep kernel process", from the gradient in G_l to the convergence figures)."""
 
 import math

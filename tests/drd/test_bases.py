@@ -1,4 +1,4 @@
-"""Grid factors of the SE priors: the FFT products against explicit bases (spec Sec. 7.1)."""
+"""Grid factors of the SE priors: the FFT products against explicit bases (supplement App. A)."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""API and contract tests of SmoothDRDRegressor (spec smooth_drd.md Secs. 5, 6, 8.6-8.9)."""
+"""API and contract tests of SmoothDRDRegressor: posterior, prediction, sampling,
+parameters, reductions and the scikit-learn checks."""
 
 import pickle
 import warnings

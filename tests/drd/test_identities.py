@@ -1,7 +1,8 @@
-"""Identities of sDRD against direct forms, scipy and autograd (spec smooth_drd.md Sec. 8, 1-6).
+"""Identities of sDRD against direct forms, scipy and autograd: posterior, evidence,
+gradients, Fisher matrix and Laplace identity.
 
 Small random problems in float64: (p, n) = (24, 15) (dual, n < m) and (20, 40) (primal).
-The seed's equations (``004_19f5cb558dea90cd.txt``, App. B) are written out here in numpy
+The paper's equations (supplementary App. B) are written out here in numpy
 from the paper, independently of the package's whitened torch code.
 """
 
@@ -53,7 +54,7 @@ def _prior_cov(G, u, name="exp"):
     return d[:, None] * (Gm @ Gm.T) * d[None, :]
 
 
-# ------------------------------------------------------------------ 1. seed Eqs. 5-7
+# ----------------------------------------------------------------- 1. paper Eqs. 5-7
 
 
 @pytest.mark.parametrize("p, n", SIZES)
@@ -107,7 +108,7 @@ def test_dual_and_corrected_primal_evidence_equal_scipy(p, n, basis):
 
 
 def _literal_eq8_data_term(Z, y, s2):
-    """The seed's printed Eq. 8 without the u-prior: no -(n-m)/2 log s2, no constant."""
+    """The paper's printed Eq. 8 without the u-prior: no -(n-m)/2 log s2, no constant."""
     Zn, yn = Z.numpy(), y.numpy()
     S = Zn.T @ Zn + s2 * np.eye(Zn.shape[1])
     return (-0.5 * np.linalg.slogdet(S)[1] + yn @ Zn @ np.linalg.solve(S, Zn.T @ yn) / (2 * s2)
@@ -130,7 +131,7 @@ def test_literal_eq8_misses_exactly_the_erratum_terms(s2):
 
 
 def _eq9_data_gradient(X, y, u, G, s2, name):
-    """Seed Eq. 9 (data part) with
+    """The paper's Eq. 9 (data part) with
     dZ/du_i = X dC_s^1/2/du_i B^T C_f^1/2 B = 1/2 s_i D_ii x_i G_i."""
     Xn, yn, Gm = X.numpy(), y.numpy(), _dense(G)
     d = link(u, name).sqrt().numpy()

@@ -1,6 +1,6 @@
-"""Simulated recovery (spec smooth_drd.md Sec. 8.10, data of Sec. 9).
+"""Simulated recovery on ``make_smooth_sparse_regression`` data.
 
-Thresholds are the spec's, set with margin from its prototype: sDRD's coefficient MSE is 100x to
+Thresholds are set with margin from a prototype's figures: sDRD's coefficient MSE is 100x to
 480x below ARDRegression's and RidgeCV's in the prototype, the test asks for 20x.  These are
 paper-level checks: the whole module carries the ``slow`` marker (``make test`` runs it,
 ``make test-fast`` does not); the estimator's unit and parity tests are in the other modules.

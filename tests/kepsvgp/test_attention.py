@@ -1,4 +1,5 @@
-"""The KEP-SVGP attention layer (spec kep_svgp.md Sec. 6, oracles 1-5 at the layer level)."""
+"""The KEP-SVGP attention layer: KL, KSVD, posterior moments, shapes and
+degenerate limits, at the layer level."""
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def _layer(merge, projection, whiten, concat_rank=None, seed=0, rank_multiplier=
 
 
 def _reference_forward(layer, Z, eps):
-    """The layer of spec Sec. 2 written per head, as the equations read: cosine features,
+    """The layer written per head, as the paper's equations read: cosine features,
     ``E = phi_q W_e``, ``R = phi_k W_r``, ``u = m + L eps``, the merge, ``W_out``, the token
     mixing of the concatenation, ``J`` of Eq. 11 and the KL of Eq. 21."""
     B, N, C = Z.shape
@@ -216,9 +217,10 @@ def test_vanishing_posterior_spread_makes_draws_equal_the_mean():
         torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-7)
 
 
-# ----------------------------------------------------------------------------- oracle 6
+# --------------------------------------------------------- reference parameterisation
 def test_reference_parameterisation_defect_and_our_full_rank_factors():
-    """Documents spec Sec. 3, rows "S_uu factor" and "KL log-det", in plain numpy.
+    """Documents where the reference code's S_uu factor and KL log-det depart from the paper,
+    in plain numpy (doc/design_notes.rst, "KEP-SVGP attention").
 
     The reference stores one (s, s, s) array per head, makes it lower triangular on its last two
     axes (positive diagonal from ``exp(log_ssqrt)``), but samples output ``d`` with the slice

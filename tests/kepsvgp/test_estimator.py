@@ -1,4 +1,4 @@
-"""KEPSVGPClassifier behaviour (spec kep_svgp.md Sec. 6, oracles 5 and 7)."""
+"""KEPSVGPClassifier behaviour (degenerate limits and the estimator API)."""
 
 import copy
 import pickle

@@ -1,12 +1,12 @@
-"""Paper-level check on digits (spec kep_svgp.md Sec. 6 item 10, protocol of Sec. 8).
+"""Paper-level check on digits.
 
 KEP-SVGP attention (concat merge, eta = 0.1) against the same Transformer with softmax attention
-(``kep_layers=0``, the paper's MSP row), paired by seed. The spec's prototype puts each bound
+(``kep_layers=0``, the paper's MSP row), paired by seed. A prototype's measurements put each bound
 1.7 to 2.7 standard errors of the paired mean away from failing (about 0.9 jointly) for a correct
 implementation; a failure means a bug to look for (noise not reaching training, KL or KSVD
 mis-scaled, a wrong merge axis), not a bound to move.
 
-The fits run in float32. The protocol does not name a dtype; the prototype that measured the
+The fits run in float32: the prototype that measured the
 effect sizes ran in torch's default, float32, and float32 halves the test's time against the
 estimator's default float64 (214 s against 420 s for the ten fits on one core). Measured
 paired differences KEP - MSP in float32: acc +0.0185, ECE -0.0072, NLL -0.079, Brier -0.030

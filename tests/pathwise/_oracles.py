@@ -10,7 +10,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteK
 
 from skgpx.datasets import make_sine_1d
 
-NOISE = 0.1  # noise variance of the common fixture (spec §6)
+NOISE = 0.1  # noise variance of the common fixture
 N_TRAIN = 30
 DATA_SEED = 0
 
@@ -76,7 +76,7 @@ def moment_z_scores(draws, mean, cov):
     return float(mean_z.max()), float((abs_err / cov_se).max()), abs_err, cov_se
 
 
-# Item 1 tolerances (spec §6.1): 40 mean entries and 1600 covariance entries.  For 40
+# Exact-posterior z-score tolerances: 40 mean entries and 1600 covariance entries.  For 40
 # independent standard normals the max |z| exceeds 5 with probability ~2e-5; the
 # covariance z-scores are correlated and slightly heavier tailed, hence 5.5.
 MEAN_Z_MAX = 5.0
@@ -84,7 +84,7 @@ COV_Z_MAX = 5.5
 
 
 # ---------------------------------------------------------------- sparse (SGPR) oracles
-# Spec §2.3 and §6 item 4, by the direct (textbook) formulas of Titsias (2009): explicit
+# By the direct (textbook) formulas of Titsias (2009): explicit
 # m x m inverses and an n x n Gaussian log density, no Cholesky tricks, so they share no
 # algebra with the stable formulas (L, A, B, LB, c) that skgpx implements.
 
@@ -94,7 +94,7 @@ def sgpr_reference(kernel, X, y, Z, noise_var, jitter=0.0):
 
     ``kernel`` is the *signal* kernel (an sklearn kernel object), ``noise_var`` a scalar or
     an (n,) vector Sigma = diag(sigma_i^2), ``y`` of shape (n,) or (n, T), and ``jitter``
-    an absolute amount added to the diagonal of Kzz (the prior covariance of u; spec §2.3
+    an absolute amount added to the diagonal of Kzz (the prior covariance of u; the model
     writes L = chol(Kzz + jitter I)), so that Kzz below means Kzz + jitter I::
 
         Sig  = (Kzz + Kzx Sigma^-1 Kxz)^-1
@@ -125,7 +125,7 @@ def sgpr_reference(kernel, X, y, Z, noise_var, jitter=0.0):
 
 
 def sgpr_predictive(kernel, Z, mu, S, Xq, jitter=0.0):
-    """§2.3 sparse predictive moments of f | q(u) (latent, normalised units).
+    """SGPR sparse predictive moments of f | q(u) (latent, normalised units).
 
     mean = k*z Kzz^-1 mu_u (n*, T);  cov = k** - Q** + k*z Kzz^-1 S_u Kzz^-1 kz* (n*, n*),
     with Kzz + jitter I for Kzz as in :func:`sgpr_reference`.

@@ -1,4 +1,4 @@
-"""Exact mode without the n x n matrix: the CG solver against the Cholesky solver (spec §2.8)."""
+"""Exact mode without the n x n matrix: the CG solver against the Cholesky solver."""
 
 import warnings
 

@@ -1,4 +1,4 @@
-"""solver="auto" never computes silently for an hour (issue 31, item 4): the CG fit's
+"""solver="auto" never computes silently for an hour: the CG fit's
 cost warning and progress bar, and the memory-based Cholesky/CG switch."""
 
 import re

@@ -1,5 +1,5 @@
-"""The estimator contract beyond scikit-learn's checks (conventions §3, §5, §6, §8; spec §6
-item 11), where it is specific to PathwiseGPSampler: the other modes (exact prior, weight space,
+"""The estimator contract beyond scikit-learn's checks (randomness, errors, progress output,
+tests), where it is specific to PathwiseGPSampler: the other modes (exact prior, weight space,
 the prior before fit), random_state=None, progress output, float32 optimisation, errors.  What
 every estimator shares (seeds, global RNGs, pickling, inputs, silence, float32) is tested in
 tests/test_common.py and tests/test_float32.py."""
@@ -87,7 +87,7 @@ def test_random_state_none_leaves_torch_rng_untouched():
 
 
 def test_prediction_methods_do_not_write_to_the_estimator():
-    # conventions §2: no lazy caches, no generator that advances (also before fit).
+    # prediction is read-only: no lazy caches, no generator that advances (also before fit).
     X, y = sine_data()
     Xq = query_points()
     for fitted in (False, True):

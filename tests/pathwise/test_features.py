@@ -1,4 +1,4 @@
-"""Random Fourier features (spec §2.5 and §6 item 6): kernel error, composition, spectra.
+"""Random Fourier features: kernel error, composition, spectra.
 
 The reference kernel matrices come from scikit-learn's kernel objects; the feature maps are
 drawn with ``skgpx.pathwise._features.draw_random_features``.
@@ -32,7 +32,7 @@ SIGMA_F2 = 0.9
 N_FEATURES = [64, 256, 1024, 4096, 16384]
 SEEDS = range(10)
 
-# spec §6.6: sigma_f^2 = 0.9, ARD length scale (0.5, 0.8, 1.0), plus the sum and product rules.
+# sigma_f^2 = 0.9, ARD length scale (0.5, 0.8, 1.0), plus the sum and product rules.
 KERNELS = {
     "rbf": lambda: ConstantKernel(SIGMA_F2) * RBF(LENGTH_SCALE),
     "matern12": lambda: ConstantKernel(SIGMA_F2) * Matern(LENGTH_SCALE, nu=0.5),
@@ -43,7 +43,7 @@ KERNELS = {
     * Matern([0.7, 0.6, 0.9], nu=1.5),
     # sum: concatenated blocks with independent weights; total variance 1.5
     "sum": lambda: RBF(LENGTH_SCALE) + ConstantKernel(0.5) * Matern(LENGTH_SCALE, nu=2.5),
-    # not in the spec's list but implemented (§2.5 table): generic nu and RationalQuadratic
+    # beyond the common Matern orders: generic nu and RationalQuadratic
     "matern_nu2": lambda: ConstantKernel(SIGMA_F2) * Matern(LENGTH_SCALE, nu=2.0),
     "rq": lambda: ConstantKernel(SIGMA_F2) * RationalQuadratic(0.7, alpha=1.5),
 }
@@ -77,7 +77,7 @@ def test_rff_kernel_error_decays_like_inverse_sqrt_of_F(name):
             np.testing.assert_allclose(np.diag(gram), sigma_f2, rtol=0, atol=1e-12)
             error = gram - K
             errors.append(np.sqrt(np.mean(error**2)))
-            # single-draw bound, every draw (prototype: 1.5-2.6 sigma_f^2 F^-1/2)
+            # single-draw bound, every draw (a numpy prototype saw 1.5-2.6 sigma_f^2 F^-1/2)
             max_error = np.abs(error).max()
             bound = 5.0 * sigma_f2 / np.sqrt(n_features)
             assert max_error <= bound, (n_features, seed, max_error)

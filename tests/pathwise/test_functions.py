@@ -1,4 +1,4 @@
-"""Posterior function draws (spec §3 and §6 items 8 and 9): consistency, reproducibility,
+"""Posterior function draws: consistency, reproducibility,
 devices, pickling, the link to ``sample_y`` and differentiability."""
 
 import pickle
@@ -71,7 +71,7 @@ def test_draws_are_consistent_functions(config, targets):
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_sample_y_equals_sample_functions(config):
-    # §3: with prior="rff" and latent noise, sample_y(X, S, r) == sample_functions(S, r)(X)
+    # with prior="rff" and latent noise, sample_y(X, S, r) == sample_functions(S, r)(X)
     # bit for bit (same generator stream, same order of draws).
     Xq = query_points()
     for targets in (1, 3):
@@ -220,7 +220,7 @@ def test_functions_pass_gradcheck(name, targets, config):
 @pytest.mark.parametrize("name", ["matern12", "matern32"])
 def test_gradient_is_finite_at_a_training_input(name):
     # sqrt(r^2) has an infinite derivative at r = 0; the update term must not turn that
-    # into NaN at a query point that coincides with a centre (§8).
+    # into NaN at a query point that coincides with a centre.
     est = _fitted("shared", name=name)
     f = est.sample_functions(3, random_state=6)
     Xt = torch.tensor(est.X_train_[:4], requires_grad=True)

@@ -1,10 +1,10 @@
-"""Moment oracles (spec §6 items 1, 2, 3 and 10): draws against the exact GP posterior.
+"""Moment oracles: draws against the exact GP posterior.
 
 The exact latent posterior is computed with dense numpy algebra (``_oracles.exact_posterior``)
 and cross-checked against scikit-learn.  Tolerances are Monte-Carlo z-scores: the sample
 mean of S draws has standard error sqrt(C_ii/S), a sample covariance entry
 sqrt((C_ii C_jj + C_ij^2)/S); we allow k = 5 (mean, 40 entries) and k = 5.5 (covariance,
-1 600 entries), as the spec states.
+1 600 entries).
 """
 
 import numpy as np
@@ -52,7 +52,7 @@ def test_exact_oracle_equals_sklearn(name):
 @pytest.mark.parametrize("frequency_sampling", ["iid", "qmc"])
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_independent_basis_moments_match_exact_posterior(name, frequency_sampling):
-    # §6.1: with one frequency set per path, mean and covariance of the draws are exact for
+    # with one frequency set per path, mean and covariance of the draws are exact for
     # any F, so the tight z-score test applies even at F = 64.  Stratified radii keep each
     # frequency's marginal law, so they must pass the same test.
     X, y = sine_data()
@@ -68,7 +68,7 @@ def test_independent_basis_moments_match_exact_posterior(name, frequency_samplin
 
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_shared_basis_moments_carry_only_the_rff_bias(name):
-    # §6.2: a shared basis with F = 2048 has an exact mean and a covariance bias of
+    # a shared basis with F = 2048 has an exact mean and a covariance bias of
     # O(sigma_f^2 F^-1/2): |C_hat - C| <= 4 sigma_f^2 / sqrt(F) + 5 * MC standard error.
     X, y = sine_data()
     Xq = query_points()
@@ -85,7 +85,7 @@ def test_shared_basis_moments_carry_only_the_rff_bias(name):
 
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_tight_covariance_test_detects_shared_basis_bias(name):
-    # §6.2: the item-1 test must be able to fail: a shared basis at F = 64 has a covariance
+    # the independent-basis test must be able to fail: a shared basis at F = 64 has a covariance
     # bias far beyond the Monte-Carlo error, so its covariance z-score exceeds 5.5.
     X, y = sine_data()
     Xq = query_points()
@@ -99,7 +99,7 @@ def test_tight_covariance_test_detects_shared_basis_bias(name):
 
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_exact_prior_moments_match_exact_posterior(name):
-    # §6.3: prior="exact" is exact in distribution (up to a 1e-8 relative jitter).
+    # prior="exact" is exact in distribution (up to a 1e-8 relative jitter).
     X, y = sine_data()
     Xq = query_points()
     mean, cov = exact_posterior(signal_kernel(name), X, y, Xq, NOISE)
@@ -111,8 +111,8 @@ def test_exact_prior_moments_match_exact_posterior(name):
 
 
 def test_exact_prior_works_for_kernel_without_random_features():
-    # §2.5: ExpSineSquared has no RFF expansion, but sample_y(prior="exact") must still give
-    # the exact posterior; the same item-1 tolerances apply.
+    # ExpSineSquared has no RFF expansion, but sample_y(prior="exact") must still give
+    # the exact posterior; the same z-score tolerances apply.
     X, y = sine_data()
     Xq = query_points()
     signal = ConstantKernel(1.0, "fixed") * ExpSineSquared(1.0, 2.0, "fixed", "fixed")
@@ -129,7 +129,7 @@ def test_exact_prior_works_for_kernel_without_random_features():
 @pytest.mark.parametrize("prior", ["rff", "exact"])
 def test_prior_draws_before_fit_have_prior_moments(prior):
     # Before fit, sample_y draws from the prior GP(0, k): independent bases make the RFF
-    # draws' covariance exact, so the item-1 tolerances apply.
+    # draws' covariance exact, so the same z-score tolerances apply.
     Xq = query_points()
     kernel = full_kernel("matern32")
     est = PathwiseGPSampler(kernel, shared_basis=False, n_features=64, prior=prior,
@@ -150,7 +150,7 @@ def _sincos_features(Xq, frequencies, shift, variance):
 
 @pytest.mark.parametrize("n_features", [16, 64], ids=["primal-F<n", "dual-F>=n"])
 def test_weight_space_moments_match_bayesian_linear_regression(n_features):
-    # §2.7: given the (shared) frequencies, weight-space draws are exactly Gaussian with
+    # given the (shared) frequencies, weight-space draws are exactly Gaussian with
     # mean Phi* mu_w and covariance Phi* Sigma_w Phi*^T, mu_w = Sigma_w Phi^T S^-1 y,
     # Sigma_w = (Phi^T S^-1 Phi + I)^-1, with heteroscedastic S = alpha_i + white noise.
     X, y = sine_data()
@@ -191,7 +191,7 @@ def _three_targets():
 
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_multi_output_normalized_moments_and_independence(name):
-    # §6.10: T = 3 targets with normalize_y.  In normalised units each target is an
+    # T = 3 targets with normalize_y.  In normalised units each target is an
     # independent GP with the same kernel (white noise 0.1 there); in target units the mean
     # is ybar_t + s_t * m(norm) and the covariance s_t^2 C (s_t the ddof-0 std).
     X, Y = _three_targets()

@@ -1,8 +1,8 @@
-"""Agreement with scikit-learn's GaussianProcessRegressor (spec §6 item 7).
+"""Agreement with scikit-learn's GaussianProcessRegressor.
 
 Both estimators get the same kernel, alpha and data.  Exact float64 algebra on a
-well-conditioned problem: atol 1e-8 for mean/std/cov (the spec allows 1e-6 and expects
-1e-8), rtol 1e-8 for the log marginal likelihood.
+well-conditioned problem: atol 1e-8 for mean/std/cov (agreement to 1e-6 is the requirement,
+1e-8 what float64 gives), rtol 1e-8 for the log marginal likelihood.
 """
 
 import numpy as np
@@ -103,7 +103,7 @@ def test_fixed_kernel_predictions_match_sklearn(y_shape, white, alpha, normalize
 
     np.testing.assert_allclose(ours.log_marginal_likelihood_value_,
                                theirs.log_marginal_likelihood_value_, rtol=1e-8)
-    assert ours.jitter_ == 0.0  # factorised as given, like sklearn (§5)
+    assert ours.jitter_ == 0.0  # factorised as given, like sklearn
     np.testing.assert_allclose(ours.alpha_, theirs.alpha_, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(ours.L_, theirs.L_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(ours.y_train_, theirs.y_train_, rtol=0, atol=1e-14)
@@ -190,7 +190,7 @@ def test_predict_noise_variants_against_dense_algebra(predict_noise, alpha):
                                rtol=0, atol=1e-15)
 
 
-# ------------------------------------------------- issue 16: calls a scikit-learn user makes
+# -------------------------------------------------------- calls a scikit-learn user makes
 def test_default_kernel_is_fitted_as_sklearn_fits_it():
     # kernel=None: scikit-learn optimises ConstantKernel() * RBF() at fit; the fixed kernel
     # is only the prior of an unfitted model

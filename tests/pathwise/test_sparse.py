@@ -1,16 +1,18 @@
-"""Sparse (SGPR) mode of PathwiseGPSampler: spec §2.3, §2.4 and §6 item 4.
+"""Sparse (SGPR) mode of PathwiseGPSampler: Titsias' (2009) collapsed bound, its optimal
+q(u) and predictive moments, and draws on the k(., Z) basis.
 
 The references are dense numpy formulas on sklearn kernel objects (``_oracles.sgpr_reference``,
 ``sgpr_predictive``, ``exact_lml``): Titsias' optimal q(u) and collapsed ELBO written with
 explicit inverses and an n x n Gaussian density, which share no algebra with the stable
 Cholesky formulas skgpx implements.  Tolerances:
 
-* deterministic identities: 1e-8 relative (spec §6.4; the §9 prototype matched to 1e-9 for
+* deterministic identities: 1e-8 relative (a numpy prototype matched to 1e-9 for
   q(u) and 1e-11 for the ELBO; Kzz has condition number <= 6e2 at the fixed Z, so float64
   round-off of either side stays far below 1e-8).  The oracles use the model's fixed jitter
-  (Kzz + 1e-8 mean(diag Kzz) I, spec §2.3), and every fit checks that ``jitter_`` reports it;
-* Monte-Carlo moments: item 1's z-scores (mean <= 5 over 40 entries, covariance <= 5.5 over
-  1 600 entries, standard errors sqrt(C_ii/S) and sqrt((C_ii C_jj + C_ij^2)/S));
+  (Kzz + 1e-8 mean(diag Kzz) I), and every fit checks that ``jitter_`` reports it;
+* Monte-Carlo moments: the z-scores of ``test_moments.py`` (mean <= 5 over 40 entries,
+  covariance <= 5.5 over 1 600 entries, standard errors sqrt(C_ii/S) and
+  sqrt((C_ii C_jj + C_ij^2)/S));
 * finite differences: a central difference with step h = 1e-5 in log space has truncation
   error h^2 |f'''| / 6 ~ 1e-9 and round-off eps |f| / h ~ 1e-9 for |f| ~ 50, so the gradient
   must agree to 1e-6.
@@ -45,10 +47,10 @@ from ._oracles import (
 from .test_moments import _three_targets
 
 S = 20_000
-RTOL = 1e-8  # spec §6.4
+RTOL = 1e-8  # stable against direct formulas (see above)
 ALPHA = 1e-10  # the estimator's default alpha: part of sigma^2 = alpha + white on the training set
 SIGMA2 = NOISE + ALPHA
-# The sparse model's fixed jitter (spec §2.3: L = chol(Kzz + jitter I)): the estimator's
+# The sparse model's fixed jitter (L = chol(Kzz + jitter I)): the estimator's
 # default jitter=1e-8 times the mean of diag(Kzz), always added to the prior covariance of
 # u.  It changes q(u) by up to ~1e-6 relative at these Z (7e-8 measured for RBF), more than
 # RTOL, so the oracles use the same Kzz + jitter I; every fit asserts that ``jitter_``
@@ -112,7 +114,7 @@ def _assert_close(actual, desired, rtol, what):
 
 def test_sgpr_oracle_reduces_to_the_exact_gp_when_Z_is_X():
     # With Z = X the bound is tight: Q = Kxx, the trace term vanishes, the ELBO is the exact
-    # LML (== sklearn's), q(u) is the exact posterior of f(X) and the §2.3 predictive moments
+    # LML (== sklearn's), q(u) is the exact posterior of f(X) and the SGPR predictive moments
     # are the exact posterior's.  Matern-1/2 keeps Kxx well conditioned (min eigenvalue 0.018).
     X, y = sine_data()
     Xq = query_points()
@@ -132,7 +134,7 @@ def test_sgpr_oracle_reduces_to_the_exact_gp_when_Z_is_X():
     assert sgpr_elbo(k, X, y, sparse_inducing_inputs(), NOISE) < elbo - 1e-3
 
 
-# ------------------------------------------------------ q(u), ELBO and predict (§6.4)
+# ------------------------------------------------------------- q(u), ELBO and predict
 
 
 @pytest.mark.parametrize("name", KERNEL_IDS)
@@ -159,7 +161,7 @@ def test_optimal_q_u_and_elbo_equal_direct_formulas(name):
 @pytest.mark.parametrize("predict_noise", ["latent", "sklearn"])
 @pytest.mark.parametrize("name", KERNEL_IDS)
 def test_predict_equals_sparse_predictive_moments(name, predict_noise):
-    # §2.3 moments; "sklearn" adds the WhiteKernel level (0.1) to the variance, as exact mode
+    # SGPR moments; "sklearn" adds the WhiteKernel level (0.1) to the variance, as exact mode
     # and GaussianProcessRegressor do, "latent" adds nothing.
     X, y = sine_data()
     Xq = query_points()
@@ -211,7 +213,7 @@ def test_multi_output_normalized_q_u_per_column_and_elbo_summed():
 
 
 def test_heteroscedastic_alpha_uses_diagonal_noise():
-    # sigma_i^2 = alpha_i + white (spec §2, "as in exact mode"): the bound becomes
+    # sigma_i^2 = alpha_i + white, as in exact mode: the bound becomes
     # log N(y | 0, Q + Sigma) - tr(Sigma^-1 (Kxx - Q)) / 2 and q(u) uses Kzx Sigma^-1 Kxz.
     # predict adds the white noise only (sklearn semantics: alpha stays on the training set).
     X, y = sine_data()
@@ -236,7 +238,7 @@ def test_heteroscedastic_alpha_uses_diagonal_noise():
     _assert_close(std_hat, np.sqrt(np.diag(cov) + NOISE), RTOL, "predict std")
 
 
-# ------------------------------------------------------------ draws (§6.1 for §2.3)
+# ---------------------------------------------------------------------------- draws
 
 
 @pytest.mark.parametrize("prior", ["rff", "exact"])
@@ -244,7 +246,7 @@ def test_heteroscedastic_alpha_uses_diagonal_noise():
 def test_sparse_draw_moments_match_sparse_predictive(name, prior):
     # u_s = q_mu + q_sqrt xi_s, v_s = Kzz^-1 (u_s - f_s(Z)), draw = f_s + k(., Z) v_s: with an
     # independent RFF basis per path (or the exact joint prior) its mean and covariance are
-    # exactly the §2.3 moments, so item 1's z-score tolerances apply.
+    # exactly the SGPR moments, so the exact-posterior z-score tolerances apply.
     X, y = sine_data()
     Xq = query_points()
     Z = sparse_inducing_inputs()
@@ -274,8 +276,8 @@ def test_sparse_draws_detect_a_wrong_posterior():
 
 @pytest.mark.parametrize("shared_basis", [True, False])
 def test_sample_functions_equal_sample_y_bit_for_bit(shared_basis):
-    # §3: prior="rff", predict_noise="latent": sample_y(X, S, r) == sample_functions(S, r)(X);
-    # the update basis is k(., Z) (§2.4), so the centres are the inducing inputs.
+    # prior="rff", predict_noise="latent": sample_y(X, S, r) == sample_functions(S, r)(X);
+    # the update basis is k(., Z), so the centres are the inducing inputs.
     X, y = sine_data()
     Xq = query_points()
     Z = sparse_inducing_inputs()
@@ -342,7 +344,7 @@ def test_lbfgs_fit_improves_the_start_and_stays_below_the_exact_lml():
     est = PathwiseGPSampler(kernel, inducing_points=Z, device="cpu").fit(X, y)
     elbo = est.log_marginal_likelihood_value_
     assert est.n_iter_ >= 1 and len(est.objective_history_) >= 1
-    # kernel_ is a real sklearn kernel (spec §3): plain float hyperparameters, usable in numpy
+    # kernel_ is a real sklearn kernel: plain float hyperparameters, usable in numpy
     tensors = {k: type(v) for k, v in est.kernel_.get_params().items()
                if isinstance(v, torch.Tensor)}
     assert not tensors, f"kernel_ holds torch tensors: {tensors}"
@@ -355,7 +357,7 @@ def test_lbfgs_fit_improves_the_start_and_stays_below_the_exact_lml():
     exact_value = exact.log_marginal_likelihood(est.kernel_.theta)
     assert elbo <= exact_value, (elbo, exact_value)
     # it is a maximum: an independent L-BFGS-B run on the numpy ELBO (finite-difference
-    # gradients) from the same start does not find a better value (spec §6.7's 1e-4)
+    # gradients) from the same start does not find a better value (by more than 1e-4)
     result = scipy.optimize.minimize(
         lambda t: -_elbo_at(kernel.clone_with_theta(t), X, y, Z), kernel.theta,
         method="L-BFGS-B", bounds=kernel.bounds)

@@ -1,6 +1,6 @@
 """The SVGP engine's latent groups, likelihood hyperparameters and safeguarded natural
-steps (``skgpx.pathwise._svgp._bound``, ``_svgp_fit``, ``_svgp_inner``): the engine that the
-Student-t and heteroscedastic regression of issue 33 run on.
+steps (``skgpx.pathwise._svgp``: ``_bound``, ``_engine``, ``_inner``): the engine that the
+Student-t and heteroscedastic regressions run on.
 
 Oracles: Titsias' collapsed bound (``_sparse.elbo_value_and_grad``, an SGPR with the noise
 as a WhiteKernel) for a Gaussian likelihood whose noise is learned; torch autograd through

@@ -1,4 +1,4 @@
-"""Variance starvation (spec §6 item 5): the weight-space posterior loses its variance away
+"""Variance starvation: the weight-space posterior loses its variance away
 from the data once n >> F, the pathwise posterior does not.
 
 Set-up: RBF(0.05), sigma_f^2 = 1, noise 1e-2, F = 64; X ~ U([0,4] u [6,10]), y = sin(3x) +
@@ -52,7 +52,7 @@ def test_pathwise_keeps_the_variance_and_weight_space_starves():
     assert 0.85 <= gap <= 1.15, gap
     assert 0.85 <= beyond <= 1.15, beyond
     gap_ws, beyond_ws = _mean_variances(1000, "weight_space")
-    # prototype: 0.002 in the gap and 0.003 beyond the data
+    # a numpy prototype's analytic variance: 0.002 in the gap and 0.003 beyond the data
     assert gap_ws < 0.1, gap_ws
     assert beyond_ws < 0.1, beyond_ws
 
@@ -60,8 +60,8 @@ def test_pathwise_keeps_the_variance_and_weight_space_starves():
 @pytest.mark.parametrize("method", ["pathwise", "weight_space"])
 def test_starvation_grows_with_n(method):
     # With n = 10 inputs the 64 features are not yet exhausted: the weight-space variance
-    # off the data is still near the prior (spec: about 0.9), so the collapse at n = 1000
-    # is caused by n >> F.  Lower bound 0.7 (the prototype's 0.9 minus ~6 MC errors).
+    # off the data is still near the prior (about 0.9), so the collapse at n = 1000
+    # is caused by n >> F.  Lower bound 0.7 (0.9 minus ~6 MC errors).
     gap, beyond = _mean_variances(10, method)
     assert gap >= 0.7 and beyond >= 0.7, (gap, beyond)
     if method == "pathwise":

@@ -1,7 +1,9 @@
-"""Oracles for the deep Q-EP objective terms (spec deep_qep.md §3.3-3.4, §6.1).
+"""Oracles for the deep Q-EP objective terms: the expected log-likelihood l_q
+and the two KL terms of the ``bound`` parameter (doc/design_notes.rst, "Deep q-exponential
+processes").
 
 References are independent: Gaussian closed forms and ``torch.distributions.kl_divergence`` at
-q = 2, numpy/scipy transcriptions of the spec formulas, and Monte-Carlo expectations of exact
+q = 2, numpy/scipy transcriptions of the formulas, and Monte-Carlo expectations of exact
 log densities.  Monte-Carlo tolerances are ``K * sd / sqrt(n)`` with ``K = 4`` (two-sided
 false-alarm rate 6e-5 per assertion) and ``sd`` estimated from the same ``n`` draws.  Seeds are
 explicit.
@@ -44,7 +46,7 @@ def random_unit_params(n_units, m, seed):
 
 
 def spec_kl_authors(mean, tril, q):
-    """Spec §3.4 KL_auth, transcribed in numpy."""
+    """KL_auth (``bound="authors"``, the authors' code), transcribed in numpy."""
     mean, tril = mean.detach().numpy(), tril.detach().numpy()
     m = mean.shape[-1]
     t = (mean ** 2).sum(-1) + (tril ** 2).sum((-2, -1))
@@ -54,7 +56,7 @@ def spec_kl_authors(mean, tril, q):
 
 
 def spec_kl_scaled(mean, tril, q):
-    """Spec §3.4 KL_sc, transcribed in numpy/scipy."""
+    """KL_sc (``bound="scaled"``), transcribed in numpy/scipy."""
     mean, tril = mean.detach().numpy(), tril.detach().numpy()
     m = mean.shape[-1]
     kt = exact_kappa(m, q) * ((mean ** 2).sum(-1) + (tril ** 2).sum((-2, -1)))
@@ -64,7 +66,7 @@ def spec_kl_scaled(mean, tril, q):
 
 
 def spec_ell(y, mu, v, s2, q):
-    """Spec §3.3 l_q, transcribed in numpy."""
+    """The expected log-likelihood l_q, transcribed in numpy."""
     r = ((y - mu) ** 2 + v) / s2
     return (np.log(q / 2) - 0.5 * np.log(2 * np.pi * s2) + 0.5 * (q / 2 - 1) * np.log(r)
             - 0.5 * r ** (q / 2))
@@ -191,7 +193,7 @@ def test_kl_scaled_bounds_monte_carlo_kl(q):
     """Exact KL(q-ED*(m, SS^T) || q-ED*(0, I)) by Monte Carlo, M = 5: mean over posterior draws
     of log p_post - log p_prior.  KL_sc is an upper bound for q <= 2 (assert it is not below the
     estimate by more than K standard errors), and equals the KL at q = 2 (two-sided).  At q = 1
-    the bound is loose (spec §8: 2.33 vs 1.15): assert the gap exceeds the MC error, so that a
+    the bound is loose (2.33 vs 1.15 measured): assert the gap exceeds the MC error, so that a
     KL_sc formula collapsing onto the exact KL would be noticed too."""
     m = 5
     mean, tril = random_unit_params(1, m, seed=40)

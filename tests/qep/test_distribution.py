@@ -1,4 +1,5 @@
-"""Oracles for the multivariate q-exponential distribution (spec deep_qep.md §1.1-1.3, §6.1).
+"""Oracles for the multivariate q-exponential distribution: density, stochastic
+representation, scaled q-ED.
 
 Every reference value is computed independently of ``skgpx.qep``: radius moments from
 ``scipy.special.gammaln``, normalisation by ``scipy.integrate.quad``/``dblquad``, the
@@ -166,7 +167,7 @@ def test_constructor_validation():
 def test_variance_factor_closed_forms():
     assert univariate_variance_factor(1.0) == pytest.approx(3.0, rel=1e-12)
     assert univariate_variance_factor(2.0) == pytest.approx(1.0, rel=1e-12)
-    # c_1.5 = 2^(4/3) Gamma(1/2 + 4/3) / Gamma(1/2) ~ 1.337 (spec §1.2)
+    # c_1.5 = 2^(4/3) Gamma(1/2 + 4/3) / Gamma(1/2) ~ 1.337
     c15 = 2 ** (4 / 3) * math.gamma(0.5 + 4 / 3) / math.gamma(0.5)
     assert univariate_variance_factor(1.5) == pytest.approx(c15, rel=1e-12)
     assert c15 == pytest.approx(1.337, abs=5e-4)

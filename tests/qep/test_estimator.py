@@ -1,5 +1,5 @@
-"""API, contract and accuracy tests of DeepQEPRegressor / DeepQEPClassifier (spec deep_qep.md
-§3.6 predictions, §4 API, §6.3 oracles, §7 "Which variance?"; conventions §2-§6, §8).
+"""API, contract and accuracy tests of DeepQEPRegressor / DeepQEPClassifier: predictions,
+parameters, variances, randomness, errors and progress output.
 
 Every fit uses the documented small-data configuration ``QEP_FAST`` (tests/_configs.py) on a few
 dozen rows, on the CPU, with explicit seeds.  Monte-Carlo tolerances are ``K * sd / sqrt(n)`` with
@@ -54,7 +54,7 @@ def _clf(**params):
 
 
 # ----------------------------------------------------------------------------- 2. row-shared draws
-# predict(X[idx]) vs predict(X)[idx]: the spec (§3.6) calls this "exact".  It is exact in the
+# predict(X[idx]) vs predict(X)[idx]: with row-shared draws this is "exact".  It is exact in the
 # Monte-Carlo draws (shared by all rows) but not bitwise: torch.cdist switches to a matrix-product
 # algorithm above 25 rows and BLAS products of different widths round differently, so entries
 # differ by 1-4 ulp (measured <= 9e-16).  Per-row draws would change predictions by O(0.1) here,
@@ -214,7 +214,7 @@ def test_sample_y_matches_analytic_predictive_moments_q2_shallow():
 def test_return_std_is_law_of_total_variance(bound):
     q = 1.0
     c_q = univariate_variance_factor(q)
-    assert c_q == pytest.approx(3.0, rel=1e-12)  # spec §1.2: c_1 = 3
+    assert c_q == pytest.approx(3.0, rel=1e-12)  # c_1 = 2^2 Gamma(5/2) / Gamma(1/2) = 3
     model = _reg(q=q, bound=bound, hidden_dims=(3,)).fit(X, Y)
     mu, v, _ = model._latent(X_TEST)  # (S, n, 1)
     mu, v = mu.numpy()[..., 0], v.numpy()[..., 0]
@@ -314,7 +314,7 @@ def test_predict_checks_fit_and_features():
         clf.predict_proba(X_TEST[:, :1])
 
 
-# sample_y validates n_samples before any torch work (conventions Sec. 5); 0 gives an empty
+# sample_y validates n_samples before any torch work; 0 gives an empty
 # (n, 0) array, as scikit-learn's GPR does.
 def test_sample_y_rejects_negative_n_samples():
     model = _reg(max_iter=2).fit(X, Y)
@@ -413,7 +413,7 @@ def test_history_objective_and_elbo():
                                   [row["train_loss"] for row in model.history_])
     assert np.isfinite(model.elbo_)
     # a one-layer regressor's objective is deterministic: with a vanishing step the final full
-    # pass is the last epoch's loss, and elbo_ = -N * loss (spec §3.5)
+    # pass is the last epoch's loss, and elbo_ = -N * loss
     still = _reg(hidden_dims=(), max_iter=2, lr=1e-12).fit(X, Y)
     assert still.elbo_ == pytest.approx(-len(X) * still.objective_history_[-1], rel=1e-9)
 
@@ -434,7 +434,7 @@ def test_early_stopping_regressor():
     valid = [row["valid_loss"] for row in model.history_]
     assert len(valid) == model.n_iter_ and np.all(np.isfinite(valid))
     assert model.net_.train_split.stratified is False
-    # the KL is divided by the rows actually trained on (spec §3.5): 40 - 4 held out
+    # the KL is divided by the rows actually trained on: 40 - 4 held out
     assert model.net_.n_train_rows_ == 36
 
 
@@ -554,7 +554,7 @@ def test_cpu_and_cuda_agree():
 
 @pytest.mark.parametrize("cls", [DeepQEPRegressor, DeepQEPClassifier])
 def test_restarts_keep_the_run_with_the_best_elbo(cls):
-    # issue 16: n_restarts (like scikit-learn's n_restarts_optimizer); the first run is the
+    # n_restarts (like scikit-learn's n_restarts_optimizer); the first run is the
     # fit without restarts, the kept run is the best of all
     X, y = load_iris(return_X_y=True)
     if cls is DeepQEPRegressor:

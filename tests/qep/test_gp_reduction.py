@@ -1,4 +1,4 @@
-"""Spec Sec. 6.2: at q = 2 a one-layer deep Q-EP is an SVGP, and with the inducing inputs
+"""At q = 2 a one-layer deep Q-EP is an SVGP, and with the inducing inputs
 at the training inputs and the variational parameters at Titsias' optimum it is the
 exact GP of scikit-learn."""
 

@@ -1,9 +1,9 @@
-"""Paper-level checks of the deep Q-EP (spec Sec. 6.4), at the paper's settings.
+"""Paper-level checks of the deep Q-EP, at the paper's settings.
 
 They take minutes, so they carry the ``slow`` marker; ``make test`` still runs them.
 The thresholds are far from what a wrong model gets (a constant or over-smoothed fit of
 the step/turn series has R^2 well below 0.9 and MAE above 0.2; the majority class of the
-rhombus grid has accuracy 0.55) and below what the prototype and our runs reached
+rhombus grid has accuracy 0.55) and below what our runs reached
 (time series: q = 1 MAE 0.06-0.075, R^2 0.94-0.96; q = 2 MAE 0.03-0.045, R^2 0.97-0.99).
 """
 

@@ -1,7 +1,7 @@
 """The inducing-point deep kernel process: state, inducing blocks, rows, objective.
 
-Sparse mode of the deep Wishart process point solver (``../shared/spec/dkp.md`` §15;
-``doc/design_notes.rst``, "Inducing-point deep kernel process").  Each hidden layer keeps
+Sparse mode of the deep Wishart process point solver
+(``doc/design_notes.rst``, "Inducing-point deep kernel process").  Each hidden layer keeps
 its Gram matrix on ``m`` inducing inputs ``Z`` only, ``G_l`` (m x m), with the prior terms
 of Aitchison (arXiv:2108.13097, Sec. 2.1) written on those blocks::
 

@@ -1,4 +1,4 @@
-"""The paper's Newton-like (CARE) sweep carried to the inducing Grams (issue 34).
+"""The paper's Newton-like (CARE) sweep carried to the inducing Grams.
 
 ``doc/design_notes.rst``, "Inducing-point deep kernel process" (gradient in ``G_l``, what
 stays a CARE and what does not).  For hidden layer ``l`` with ``G~ = G_l`` held as the

@@ -1,4 +1,4 @@
-"""Weight steps of the sparse Newton-like solver (issue 34; ``doc/design_notes.rst``,
+"""Weight steps of the sparse Newton-like solver (``doc/design_notes.rst``,
 "Inducing-point deep kernel process", what does not stay a CARE).
 
 * The output weight ``w_out`` and the noise ``sigma^2`` enter the collapsed bound only

@@ -1,5 +1,5 @@
-r"""Training drivers of the sparse variational GP engine (the classifier's, and issue 33's
-non-Gaussian regression), and its mode object.
+r"""Training drivers of the sparse variational GP engine (the classifier's, and the
+non-Gaussian regression's), and its mode object.
 
 Interface (the exact-mode Laplace object of ``_laplace`` has the same shape)::
 
