@@ -6,7 +6,7 @@ noise=0.5, random_state=0)``; the first ``n_train`` rows train, the last 10 000 
 X and y are standardised with the training part's mean and std (as the estimator does).
 One thread, float64, ``kernel='sqexp'``, ``n_layers=2``, the estimator's default ``dof``
 and learned settings (``DeepKernelProcessRegressor()._config``), ``m`` inducing inputs by
-k-means++ (``skgpx._inducing._points.initial_inducing_points``, seed 0).  Every method
+k-means++ (``skgpx.pathwise._sparse.initial_inducing_points``, seed 0).  Every method
 starts from the same state: the prior-mean Grams, ``Omega = I``, hidden weights 1/2,
 ``w_out = 1``, ``sigma^2 = 0.1``, and the same Z.
 
@@ -56,19 +56,18 @@ import numpy as np
 import torch
 
 from skgpx import DeepKernelProcessRegressor
-from skgpx.dkp._sparse import _pass as _sparse_pass
+from skgpx.dkp import _sparse_pass
 from skgpx.dkp._sparse_adam import adam_fit
-from skgpx.dkp._sparse._model import (
+from skgpx.dkp._sparse_model import (
     SparseDKPState, inducing_blocks, prior_mean_grams, propagate_rows,
 )
-from skgpx._inducing._rows import Rows
-from skgpx._inducing._points import initial_inducing_points
+from skgpx.pathwise._sparse import Rows, initial_inducing_points
 
 N_TEST = 10_000
 N_PREDICT = 1_000_000
 METHODS = ("newton", "auto", "lbfgs", "adam")
-SOLVER_MODULES = {"newton": "skgpx.dkp._sparse._solver", "auto": "skgpx.dkp._sparse._solver",
-                  "lbfgs": "skgpx.dkp._sparse._lbfgs"}
+SOLVER_MODULES = {"newton": "skgpx.dkp._sparse_solver", "auto": "skgpx.dkp._sparse_solver",
+                  "lbfgs": "skgpx.dkp._sparse_lbfgs"}
 
 
 class _Cap(BaseException):
@@ -228,7 +227,7 @@ def run_solver(method, problem, args):
     module = importlib.import_module(SOLVER_MODULES[method])
     modules = [module, _sparse_pass]
     try:
-        modules.append(importlib.import_module("skgpx.dkp._sparse._lbfgs"))
+        modules.append(importlib.import_module("skgpx.dkp._sparse_lbfgs"))
     except ImportError:
         pass
     counter = PassCounter(modules)

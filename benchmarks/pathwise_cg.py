@@ -357,7 +357,7 @@ def _median_seconds(fn, repeats, device):
 
 
 def _switch_row(n, order, args, Xs):
-    from skgpx.pathwise._exact._solver import seconds_per_product
+    from skgpx.pathwise._exact_solver import seconds_per_product
 
     X, y = make_data(n)
     row = {}
@@ -393,7 +393,7 @@ def part_switch(args):
 
 
 def report_switch(args, res, lines):
-    from skgpx.pathwise._exact._solver import AUTO_MEMORY_FRACTION, CHOLESKY_BUFFERS
+    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION, CHOLESKY_BUFFERS
 
     available = res["available"]
     headers = ["n", "chol fit s", "cg fit s", "cg iters", "fit chol/cg", "chol predict+draws s",

@@ -269,7 +269,7 @@ def train_gpytorch(Xtr, ytr, Xte, yte, Z, epochs, batch, lr, seed=0, **kernel):
 def adam_on_q(active):
     """The ablation: q(u) moved by Adam on its moment parameters instead of natural steps
     (the engine's private ``q_update="adam"``), everything else unchanged."""
-    from skgpx.pathwise._svgp._bound import _classification as _classifier_sparse
+    from skgpx.pathwise import _classifier_sparse
 
     engine = _classifier_sparse.SVGPMode
     if active:
@@ -406,7 +406,7 @@ def part_softmax(args, memo):
 def part_default_scale(args, memo):
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    from skgpx._inducing._points import initial_inducing_points
+    from skgpx.pathwise._sparse import initial_inducing_points
 
     n_train, n_test, d = (50_000, 10_000, 16) if args.quick else (250_000, 50_000, 16)
     Xtr, Xte, ytr, yte = synthetic(n_train + n_test, d=d, train_size=n_train,

@@ -30,10 +30,9 @@ from sklearn.metrics import accuracy_score, log_loss
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from skgpx.pathwise._likelihoods._classification import Bernoulli
-from skgpx._inducing._rows import Rows
-from skgpx._inducing._points import initial_inducing_points
-from skgpx.pathwise._svgp._engine import SVGPMode
+from skgpx.pathwise._likelihoods import Bernoulli
+from skgpx.pathwise._sparse import Rows, initial_inducing_points
+from skgpx.pathwise._svgp_fit import SVGPMode
 
 
 def data(n, d, seed=0):
@@ -73,7 +72,7 @@ def digits(multi_class, optimizer="fmin_l_bfgs_b", m=256, max_iter=100):
     from sklearn.datasets import load_digits
 
     from skgpx.metrics import expected_calibration_error
-    from skgpx.pathwise._likelihoods._classification import Softmax
+    from skgpx.pathwise._likelihoods import Softmax
 
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)

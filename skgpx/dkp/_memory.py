@@ -50,7 +50,7 @@ def sparse_fit_bytes(n_rows, n_features, n_targets, n_layers, n_inducing, chunk,
 
 def check_fit_memory(estimator, n_rows, n_features, n_targets, spec, device, dtype):
     """Refuse a fit whose peak memory exceeds what ``device`` has (``SKGPX_MEMORY_LIMIT``
-    caps it), naming the way out; ``spec`` is :func:`skgpx.dkp._sparse_mode.inducing_spec`'s
+    caps it), naming the way out; ``spec`` is :func:`skgpx.dkp._sparse._mode.inducing_spec`'s
     result (None in the exact mode, else ``m`` or the ``(m, d)`` inducing points)."""
     name, n_layers = type(estimator).__name__, estimator.n_layers
     n_inducing = spec if spec is None or isinstance(spec, int) else len(spec)

@@ -37,8 +37,8 @@ the CPU field by field: :func:`skgpx._base.move_to_device`) with
     gives both for the Gaussian modes).  ``exact_draws``: whether ``sample_y`` may draw
     from the exact joint posterior (``prior="exact"``).
 ``posterior(**face)``
-    The object that :func:`~skgpx.pathwise._predict.draw_functions` and
-    :func:`~skgpx.pathwise._predict.draw_exact` consume: a
+    The object that :func:`~skgpx.pathwise._draws._posterior.draw_functions` and
+    :func:`~skgpx.pathwise._draws._posterior.draw_exact` consume: a
     :class:`~skgpx.pathwise._draws._posterior.Posterior` of this fit, completed by the
     estimator's ``face`` (``signal_kernel``, ``y_mean``, ``y_std``, ``n_targets``,
     ``squeeze``, ``n_features_in``).

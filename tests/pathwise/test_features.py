@@ -1,7 +1,7 @@
 """Random Fourier features: kernel error, composition, spectra.
 
 The reference kernel matrices come from scikit-learn's kernel objects; the feature maps are
-drawn with ``skgpx.pathwise._features.draw_random_features``.
+drawn with ``skgpx.pathwise._draws._features.draw_random_features``.
 """
 
 import numpy as np

@@ -16,7 +16,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
-from skgpx.pathwise._svgp._bound import _classification as _classifier_sparse
+from skgpx.pathwise._svgp import _classification as _classifier_sparse
 
 from ._oracles import MEAN_Z_MAX, moment_z_scores
 

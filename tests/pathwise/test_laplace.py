@@ -22,7 +22,7 @@ from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
 from skgpx.kernels import TorchKernel
-from skgpx.pathwise._laplace._newton import _newton as _laplace, _fit as _laplace_fit
+from skgpx.pathwise._laplace import _fit as _laplace_fit, _newton as _laplace
 from skgpx.pathwise._laplace._newton import COEFS, LAMBDAS, link_derivatives, positive_probability
 from skgpx.pathwise._laplace._fit import HyperparameterMap, LaplaceProblems, lockstep_lbfgs
 

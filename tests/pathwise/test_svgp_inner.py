@@ -22,7 +22,7 @@ from skgpx.pathwise._likelihoods._classification import Bernoulli, Softmax
 from skgpx._inducing._rows import Rows
 from skgpx._inducing._collapsed import inducing_cholesky, whitening
 from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals, triangular_inverse
-from skgpx.pathwise._svgp._bound import _engine as _svgp_fit
+from skgpx.pathwise._svgp import _engine as _svgp_fit
 from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPMode
 from skgpx.pathwise._svgp._inner import InnerProblem, optimal_q
 

@@ -15,7 +15,7 @@ over to it).  Every learned quantity lives in one flat vector:
   ``sigma^2 = floor + exp(r)`` iff ``config.learn_noise`` (``floor = config.noise_floor``);
 * the inducing inputs ``Z`` iff ``learn_inducing`` (rows then share no nugget with them).
 
-Value and gradient come from :func:`skgpx.dkp._sparse_pass.objective_gradients` (two
+Value and gradient come from :func:`skgpx.dkp._sparse._pass.objective_gradients` (two
 passes over the rows) at the detached state; the gradients in the state's tensors are then
 chained to the vector by one backward through the ``m x m`` map vector -> state.
 

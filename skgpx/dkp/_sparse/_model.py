@@ -129,8 +129,8 @@ class InducingBlocks:
 
 @dataclass
 class SparseFit:
-    """What a sparse solver returns (:func:`skgpx.dkp._sparse_lbfgs.lbfgs_fit`,
-    :func:`skgpx.dkp._sparse_solver.newton_fit`)."""
+    """What a sparse solver returns (:func:`skgpx.dkp._sparse._lbfgs.lbfgs_fit`,
+    :func:`skgpx.dkp._sparse._solver.newton_fit`)."""
 
     state: SparseDKPState
     history: list  # objective after each iteration (sweep or L-BFGS iteration); [0] = start

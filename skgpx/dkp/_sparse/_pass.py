@@ -17,7 +17,7 @@ Interface (frozen for the solvers):
 How the gradient is collected (``doc/design_notes.rst``, "Inducing-point deep kernel
 process", two-pass gradient).  The data term ``F`` depends
 on the rows only through the row sums ``s = (W, w, yy, tr, log_noise)`` of
-:func:`skgpx.dkp._sparse_model.row_statistics`, and the rows depend on the state only
+:func:`skgpx.dkp._sparse._model.row_statistics`, and the rows depend on the state only
 through the ``m x m`` :class:`InducingBlocks` ``B``.  Pass A sums ``s`` chunk by chunk with
 no graph.  The adjoints ``g = dF/ds`` (per seed) then come from the small graph of
 :func:`split_data_terms`.  Pass B rebuilds each chunk's graph, with the blocks as detached

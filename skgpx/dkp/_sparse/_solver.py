@@ -174,7 +174,7 @@ def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=No
     """One Newton-like sweep from ``state`` with the stored data gradients; a new state.
 
     ``gradients = (fit, volume)``: the two seeds of
-    :func:`skgpx.dkp._sparse_pass.objective_gradients` at ``state`` (order of
+    :func:`skgpx.dkp._sparse._pass.objective_gradients` at ``state`` (order of
     ``state.tensors()``).  Hidden Grams top-down, then ``Omega``, then the hidden weights
     (``weight_steps`` in log space, else a Fisher step), scaled by ``shrink``.  With
     ``whitened`` the ``Omega`` step is the CARE of its own prior with the data gradient
@@ -277,7 +277,7 @@ def newton_fit(config, state, rows, *, max_iter, tol, batch_size, hand_over=True
     batch_size : int
         Rows per chunk of the passes.
     hand_over : bool, default=True
-        Continue with :func:`skgpx.dkp._sparse_lbfgs.lbfgs_fit` once a sweep gains less
+        Continue with :func:`skgpx.dkp._sparse._lbfgs.lbfgs_fit` once a sweep gains less
         than 1e-3 per row or the sweeps stall (``solver='auto'``).
     progress : callable(iteration, value) or None
     whitened : bool, default=True

@@ -155,7 +155,7 @@ def draw_random_features(
     ----------
     kernel : sklearn kernel
         Signal kernel (no top-level ``WhiteKernel``); see
-        :func:`~skgpx.pathwise._spectra.spectral_terms` for what is supported.
+        :func:`~skgpx.pathwise._draws._spectra.spectral_terms` for what is supported.
     n_features : int
         Number of random features ``F`` shared out among the stationary terms
         (in sin/cos pairs for ``feature_map="sincos"``).  Constant and linear terms
@@ -171,7 +171,7 @@ def draw_random_features(
         CPU generator; frequencies (then phases) are drawn term by term in order.
     qmc : bool, default=False
         Randomised quasi-Monte Carlo frequencies for each basis (see
-        :func:`~skgpx.pathwise._spectra.sample_unit_frequencies`).
+        :func:`~skgpx.pathwise._draws._spectra.sample_unit_frequencies`).
     """
     terms = spectral_terms(kernel)
     stationary = [t for t in terms if not isinstance(t, (ConstantTerm, LinearTerm))]

@@ -12,7 +12,7 @@ fine), gives the pathwise update weights
     B = I + W^{1/2} K W^{1/2},
 
 and the draw ``f_prior(.) + k(., X) v`` has the mean and covariance of
-:func:`skgpx.pathwise._laplace.latent_moments` (up to the random-feature prior's error).
+:func:`skgpx.pathwise._laplace._newton.latent_moments` (up to the random-feature prior's error).
 """
 
 from dataclasses import dataclass
