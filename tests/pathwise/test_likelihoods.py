@@ -1,4 +1,5 @@
-"""Expected log-likelihoods of the sparse classifier (``skgpx.pathwise._likelihoods._classification``).
+"""Expected log-likelihoods of the sparse classifier
+(``skgpx.pathwise._likelihoods._classification``).
 
 References are independent: scipy's adaptive quadrature of the defining integrals
 (``scipy.integrate.quad``, absolute error ~1e-12 here), autograd through the quadrature

@@ -415,16 +415,18 @@ def test_presolve_starts_the_fit_on_all_rows_at_the_subset_optimum(monkeypatch):
     optimum, see the test above); the history holds only the bound on all rows."""
     from sklearn.datasets import make_friedman1
 
-    from skgpx.pathwise import _optimize as _solver
+    from skgpx.pathwise import _optimize
+    from skgpx.pathwise._sgpr import _fit as sgpr_fit
 
-    calls, lbfgs = [], _solver.lbfgs
+    calls, lbfgs = [], _optimize.lbfgs
 
     def spy(obj_func, x0, bounds, max_iter, on_step, n_rows=None):
         x, f = lbfgs(obj_func, x0, bounds, max_iter, on_step, n_rows=n_rows)
         calls.append((n_rows, np.array(x0), x))
         return x, f
 
-    monkeypatch.setattr(_solver, "lbfgs", spy)
+    monkeypatch.setattr(_optimize, "lbfgs", spy)  # the fit on all rows
+    monkeypatch.setattr(sgpr_fit, "lbfgs", spy)  # the presolves
     n, d = 3000, 6
     X, y = make_friedman1(n, n_features=d, noise=1.0, random_state=0)
     X_before = X.copy()

@@ -6,7 +6,10 @@ import torch
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
 
 from skgpx.kernels import TorchKernel
-from skgpx._inducing import _collapsed as _sparse
+from skgpx._inducing._collapsed import chunk_statistics, collapsed_elbo, inducing_cholesky
+from skgpx._inducing._cross import stationary_cross
+from skgpx._inducing._rows import Rows
+from skgpx.pathwise._sgpr._bound import elbo_value_and_grad
 
 RNG = np.random.default_rng(7)
 X = torch.tensor(RNG.uniform(0, 4, (300, 2)) + 100.0)  # off-centre inputs, as users give them
@@ -28,11 +31,11 @@ def test_closed_form_pass_equals_autograd_pass(name, monkeypatch):
     kernel = TorchKernel(KERNELS[name]())
     assert kernel.stationary_signal() is not None
     theta = kernel.theta_tensor()
-    args = (kernel, theta, Z, _sparse.Rows(X, Y, ALPHA))
+    args = (kernel, theta, Z, Rows(X, Y, ALPHA))
     options = dict(jitter=1e-8, batch_size=37, grad_theta=theta.numel() > 0, grad_Z=True)
-    fast = _sparse.elbo_value_and_grad(*args, **options)
+    fast = elbo_value_and_grad(*args, **options)
     monkeypatch.setattr(TorchKernel, "stationary_signal", lambda self: None)
-    slow = _sparse.elbo_value_and_grad(*args, **options)
+    slow = elbo_value_and_grad(*args, **options)
     # both are the gradient of the same float64 function; they differ by round-off only
     assert fast[0] == pytest.approx(slow[0], rel=1e-12)
     if theta.numel():
@@ -45,12 +48,12 @@ def test_autograd_pass_equals_autograd_through_the_whole_bound(monkeypatch):
     monkeypatch.setattr(TorchKernel, "stationary_signal", lambda self: None)
     kernel = TorchKernel(KERNELS["rbf-ard"]())
     theta = kernel.theta_tensor()
-    value, g_theta, g_Z = _sparse.elbo_value_and_grad(kernel, theta, Z, _sparse.Rows(X, Y, ALPHA),
-                                                      jitter=1e-8, batch_size=37, grad_Z=True)
+    value, g_theta, g_Z = elbo_value_and_grad(kernel, theta, Z, Rows(X, Y, ALPHA),
+                                              jitter=1e-8, batch_size=37, grad_Z=True)
     th, Zr = theta.clone().requires_grad_(), Z.clone().requires_grad_()
-    L, _ = _sparse.inducing_cholesky(kernel, th, Zr, 1e-8)
-    stats = _sparse.chunk_statistics(kernel, th, Zr, L, X, Y, ALPHA)
-    elbo, _, _ = _sparse.collapsed_elbo(stats, Y.shape[1])
+    L, _ = inducing_cholesky(kernel, th, Zr, 1e-8)
+    stats = chunk_statistics(kernel, th, Zr, L, X, Y, ALPHA)
+    elbo, _, _ = collapsed_elbo(stats, Y.shape[1])
     elbo.backward()
     assert value == pytest.approx(float(elbo), rel=1e-12)
     np.testing.assert_allclose(g_theta, th.grad, rtol=1e-9)
@@ -72,9 +75,9 @@ def test_bound_is_smooth_when_inducing_points_crowd():
     z[32:] = z[:32] + 1e-4  # near-duplicate inducing inputs
     alpha = torch.full((2000,), 1e-10, dtype=torch.float64)
     theta = kernel.theta_tensor()
-    values = [_sparse.elbo_value_and_grad(kernel, theta * (1 + d), z, _sparse.Rows(x, y, alpha),
-                                          jitter=1e-8,
-                                          batch_size=8192, grad_theta=False)[0]
+    values = [elbo_value_and_grad(kernel, theta * (1 + d), z, Rows(x, y, alpha),
+                                  jitter=1e-8,
+                                  batch_size=8192, grad_theta=False)[0]
               for d in (0.0, 1e-15, -1e-15, 1e-14, -1e-14)]
     assert np.ptp(values) < 1e-6, values
 
@@ -85,7 +88,7 @@ def test_stationary_cross_block_equals_the_kernel(name):
     # (both passes of the bound) against sklearn
     sk_kernel = KERNELS[name]()
     kernel = TorchKernel(sk_kernel)
-    cross = _sparse.stationary_cross(kernel, kernel.theta_tensor(), Z)
+    cross = stationary_cross(kernel, kernel.theta_tensor(), Z)
     signal = sk_kernel.k1 if isinstance(sk_kernel.k2, WhiteKernel) else sk_kernel
     expected = signal(Z.numpy(), X[:50].numpy())
     np.testing.assert_allclose(cross.block(X[:50]).numpy(), expected, rtol=1e-10, atol=1e-13)
@@ -111,12 +114,12 @@ def test_gradient_equals_central_differences_when_Kzz_is_ill_conditioned():
     y = torch.tensor(np.sin(4 * x[:, :1].numpy()) + 0.05 * rng.standard_normal((3000, 1)))
     kernel = TorchKernel(ConstantKernel(3.0) * RBF([0.4, 0.6, 30.0]) + WhiteKernel(0.0025))
     z = x[rng.choice(3000, 128, replace=False)].clone()
-    rows = _sparse.Rows(x, y, torch.full((3000,), 1e-10, dtype=torch.float64))
+    rows = Rows(x, y, torch.full((3000,), 1e-10, dtype=torch.float64))
     theta = kernel.theta_tensor()
 
     def bound(t, grad=False):
-        return _sparse.elbo_value_and_grad(kernel, t, z, rows, jitter=1e-8, batch_size=1000,
-                                           grad_theta=grad)
+        return elbo_value_and_grad(kernel, t, z, rows, jitter=1e-8, batch_size=1000,
+                                   grad_theta=grad)
 
     gradient = bound(theta, grad=True)[1]
     for i in range(theta.numel()):
