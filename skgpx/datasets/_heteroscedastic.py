@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.datasets import make_friedman1
 from sklearn.utils import check_random_state
 
-from ._checks import _check_n_samples
+from ._checks import check_n_samples
 
 # the noise standard deviation at the loudest input (it is this / noise_ratio at the quietest)
 _MAX_NOISE_STD = 0.5
@@ -84,7 +84,7 @@ def make_heteroscedastic(n_samples=1000, n_features=1, noise_ratio=10.0, random_
     >>> X.shape, y.shape, bool(0.05 <= s.min() < s.max() <= 0.5)
     ((1000, 5), (1000,), True)
     """
-    _check_n_samples(n_samples)
+    check_n_samples(n_samples)
     if (not isinstance(n_features, numbers.Integral) or isinstance(n_features, bool)
             or n_features < 1):
         raise ValueError(f"n_features={n_features!r} must be an int >= 1")
@@ -148,7 +148,7 @@ def make_friedman_outliers(n_samples=2000, noise=1.0, outlier_fraction=0.05,
     >>> X.shape, int(outliers.sum())
     ((2000, 10), 100)
     """
-    _check_n_samples(n_samples)
+    check_n_samples(n_samples)
     _check_real("noise", noise, 0.0, False)
     _check_real("outlier_fraction", outlier_fraction, 0.0, False, 1.0)
     _check_real("outlier_shift", outlier_shift, 0.0, False)

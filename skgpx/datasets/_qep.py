@@ -5,7 +5,7 @@ import numbers
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._checks import _check_args, _check_n_samples
+from ._checks import check_args, check_n_samples
 
 # The two label rules of ``make_annular_rhombus`` / ``rhombus_labels``.
 _RHOMBUS_SHAPES = ("script", "paper")
@@ -91,7 +91,7 @@ def make_step_turn_series(n_samples=100, noise_std=0.1, random_state=None):
     >>> y_true.tolist()
     [[1.0, 0.0], [1.0, 0.75], [1.0, 1.5], [0.5, 0.5], [2.0, 2.0]]
     """
-    _check_args(n_samples, noise_std, noise_name="noise_std")
+    check_args(n_samples, noise_std, noise_name="noise_std")
     rng = check_random_state(random_state)
     x = np.arange(n_samples, dtype=np.float64) / max(n_samples - 1, 1)
     t = 2.0 * x
@@ -214,7 +214,7 @@ def make_annular_rhombus(n_samples=500, shape="script", u=0.857396, random_state
     >>> X.shape, y.shape, sorted(set(y.tolist()))
     ((500, 2), (500,), [0, 1, 2])
     """
-    _check_n_samples(n_samples)
+    check_n_samples(n_samples)
     _check_rhombus_params(shape, u)
     rng = check_random_state(random_state)
     X = rng.standard_normal((n_samples, 2))

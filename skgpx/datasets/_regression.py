@@ -5,7 +5,7 @@ import numbers
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._checks import _add_noise, _check_args
+from ._checks import add_noise, check_args
 
 
 def make_sine_1d(n_samples=30, noise_variance=0.1, random_state=None):
@@ -36,10 +36,10 @@ def make_sine_1d(n_samples=30, noise_variance=0.1, random_state=None):
     >>> X.shape, y.shape
     ((5, 1), (5,))
     """
-    _check_args(n_samples, noise_variance)
+    check_args(n_samples, noise_variance)
     rng = check_random_state(random_state)
     X = rng.uniform(0.0, 4.0, size=(n_samples, 1))
-    return X, _add_noise(np.sin(2.0 * X[:, 0]), noise_variance, rng)
+    return X, add_noise(np.sin(2.0 * X[:, 0]), noise_variance, rng)
 
 
 def make_gap_1d(n_samples=1000, noise_variance=1e-2, random_state=None):
@@ -66,12 +66,12 @@ def make_gap_1d(n_samples=1000, noise_variance=1e-2, random_state=None):
     y : ndarray of shape (n_samples,)
         Noisy targets.
     """
-    _check_args(n_samples, noise_variance)
+    check_args(n_samples, noise_variance)
     rng = check_random_state(random_state)
     n_left = n_samples // 2
     x = np.concatenate([rng.uniform(0.0, 4.0, n_left), rng.uniform(6.0, 10.0, n_samples - n_left)])
     X = x[rng.permutation(n_samples)][:, None]
-    return X, _add_noise(np.sin(3.0 * X[:, 0]), noise_variance, rng)
+    return X, add_noise(np.sin(3.0 * X[:, 0]), noise_variance, rng)
 
 
 def make_matern_2d(n_samples=1000, length_scale=0.5, noise_variance=1e-2, random_state=None):
@@ -100,14 +100,14 @@ def make_matern_2d(n_samples=1000, length_scale=0.5, noise_variance=1e-2, random
     y : ndarray of shape (n_samples,)
         Noisy targets.
     """
-    _check_args(n_samples, noise_variance)
+    check_args(n_samples, noise_variance)
     if not isinstance(length_scale, numbers.Real) or not length_scale > 0:
         raise ValueError(f"length_scale={length_scale!r} must be a real number > 0")
     rng = check_random_state(random_state)
     X = rng.uniform(-2.0, 2.0, size=(n_samples, 2))
     z = X * (0.5 / length_scale)
     f = np.sin(2.0 * z[:, 0]) * np.cos(1.5 * z[:, 1]) + 0.5 * np.sin(3.0 * z[:, 1])
-    return X, _add_noise(f, noise_variance, rng)
+    return X, add_noise(f, noise_variance, rng)
 
 
 def make_dkp_toy(n_samples=60, noise_variance=1e-2, random_state=None):
@@ -132,8 +132,8 @@ def make_dkp_toy(n_samples=60, noise_variance=1e-2, random_state=None):
     y : ndarray of shape (n_samples,)
         Noisy targets.
     """
-    _check_args(n_samples, noise_variance)
+    check_args(n_samples, noise_variance)
     rng = check_random_state(random_state)
     X = rng.standard_normal((n_samples, 3))
     f = np.sin(2.0 * X[:, 0]) + 0.5 * X[:, 1] ** 2 - 0.3 * X[:, 2]
-    return X, _add_noise(f, noise_variance, rng)
+    return X, add_noise(f, noise_variance, rng)

@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
-from ._checks import _check_n_samples
+from ._checks import check_n_samples
 
 # kind -> (default grid shape, n_samples, noise sd, n_test)
 _KINDS = {
@@ -141,8 +141,8 @@ def make_smooth_sparse_regression(kind="bumps", *, n_samples=None, n_test=None, 
     n_samples = default_n if n_samples is None else n_samples
     n_test = default_test if n_test is None else n_test
     noise = default_noise if noise is None else noise
-    _check_n_samples(n_samples)
-    _check_n_samples(n_test)
+    check_n_samples(n_samples)
+    check_n_samples(n_test)
     if not isinstance(noise, numbers.Real) or not noise >= 0:
         raise ValueError(f"noise={noise!r} must be a real number >= 0.")
     rng = check_random_state(random_state)

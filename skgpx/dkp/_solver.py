@@ -260,7 +260,7 @@ def update_local_weights(config, state, j, gram_next=None, root=None, nu=1.0, cu
     return payload
 
 
-def _care(config, alpha, coefficients, initial, report):
+def care_step(config, alpha, coefficients, initial, report):
     """Solve the layer's Riccati equation, strengthening the mirror term if needed.
 
     ``coefficients(lam)`` returns ``(U, Q)`` for a mirror weight ``lam``.  When the
@@ -336,7 +336,7 @@ def update_hidden_gram(config, state, layer, messages, prev_inverse, report):
         return (prev_inverse + data + (ratio * lam) * current_inverse,
                 curvature + (ratio * lam) * current)
 
-    state.hidden_grams[layer - 2] = _care(config, config.alpha, coefficients, current, report)
+    state.hidden_grams[layer - 2] = care_step(config, config.alpha, coefficients, current, report)
 
 
 def update_input_scale(config, state, messages, report):
@@ -360,7 +360,7 @@ def update_input_scale(config, state, messages, report):
     def coefficients(lam):
         return (eye + data + (ratio * lam) * omega_inverse, curvature + (ratio * lam) * omega)
 
-    state.omega = _care(config, config.alpha, coefficients, omega, report)
+    state.omega = care_step(config, config.alpha, coefficients, omega, report)
 
 
 def _message_from(config, state, j, inverse, above):

@@ -29,7 +29,7 @@ from .._base import (
 from ..linalg import inverse_softplus
 from ._model import link
 from ._predict import FittedPosterior, LatentLaplace, conditional_given_u
-from ._solver import Config, Solver, State, _circle_axes, latent_laplace_parts
+from ._solver import Config, Solver, State, circle_axes, latent_laplace_parts
 
 __all__ = ["SmoothDRDRegressor"]
 
@@ -399,7 +399,7 @@ class SmoothDRDRegressor(RegressorMixin, TorchEstimatorMixin, BaseEstimator):
 
         def rank(length, low):  # the bases the first iteration builds (Solver.u_axes)
             low = math.exp(max(math.log(length) - config.theta_step, low))
-            return math.prod(axis.rank for axis in _circle_axes(config, low, config.basis))
+            return math.prod(axis.rank for axis in circle_axes(config, low, config.basis))
 
         p = math.prod(config.shape)
         u_rank = rank(length, config.bounds["l"][0]) if config.sparsity else 0

@@ -76,7 +76,7 @@ class State:
     steps: int = 0  # centred (u-step, theta-step) iterations run
 
 
-def _circle_axes(config, length_low, kind):
+def circle_axes(config, length_low, kind):
     """Axis factors for a length scale that can go down to ``length_low``."""
     if kind == "dense":
         return [DenseAxis(n) for n in config.shape]
@@ -137,12 +137,12 @@ class Solver:
     def w_axes(self):
         c = self.config
         low = math.exp(max(self.state.log["lf"] - c.theta_step, c.bounds["lf"][0]))
-        return _circle_axes(c, low, c.basis)
+        return circle_axes(c, low, c.basis)
 
     def u_axes(self):
         c = self.config
         low = math.exp(max(self.state.log["l"] - c.theta_step, c.bounds["l"][0]))
-        return _circle_axes(c, low, c.basis)
+        return circle_axes(c, low, c.basis)
 
     def design(self, u, G):
         """``Z = X D G`` with ``D = diag(sqrt(g(u)))``: (n, m)."""

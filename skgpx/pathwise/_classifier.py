@@ -18,7 +18,7 @@ from ._laplace._draws import draw_latent
 from ._laplace._mode import LaplaceMode
 from ._laplace._newton import LINKS
 from ._laplace._views import probabilities_only
-from ._svgp._classification import SparseClassifierMode, check_sparse_options, is_sparse
+from ._svgp._classification import SVGPClassificationMode, check_sparse_options, is_sparse
 
 
 # fitted attributes that only one of the modes sets
@@ -334,7 +334,7 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         kernel = self._initial_kernel()
         if not self._structured():
             TorchKernel(kernel).check_n_features(X.shape[1])
-        mode = SparseClassifierMode() if is_sparse(self) else LaplaceMode()
+        mode = SVGPClassificationMode() if is_sparse(self) else LaplaceMode()
         mode.fit(self, kernel, X, codes, len(classes), device, dtype)
         return self._store(mode, classes, np.copy(X) if self.copy_X_train else X)
 
@@ -376,8 +376,8 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         kernel = self._initial_kernel()
         TorchKernel(kernel).check_n_features(X.shape[1])
         x_mean, _, _ = dask_summaries(X, Y, dtype)  # finiteness and magnitude, on the workers
-        mode = SparseClassifierMode().fit_dask(self, kernel, X, Y, x_mean, len(classes),
-                                               device, dtype)
+        mode = SVGPClassificationMode().fit_dask(self, kernel, X, Y, x_mean, len(classes),
+                                                 device, dtype)
         return self._store(mode, classes, X)
 
     # ------------------------------------------------------------ prediction

@@ -5,7 +5,7 @@ object, hands it the training data once, and afterwards only asks it questions; 
 mode owns every tensor of the fit.  ``PathwiseGPSampler`` has two modes,
 :class:`~skgpx.pathwise._exact._mode.ExactMode` (the exact GP by a Cholesky factor or by
 CG, on vectors or on structured inputs) and
-:class:`~skgpx.pathwise._sgpr._mode.SparseMode` (inducing points, on rows held in this
+:class:`~skgpx.pathwise._sgpr._mode.SGPRMode` (inducing points, on rows held in this
 process or by Dask workers), and :class:`PriorMode` answers for an unfitted estimator.
 
 The interface
@@ -54,8 +54,8 @@ Classifiers
 ``PathwiseGPClassifier`` has two modes of the same shape,
 :class:`~skgpx.pathwise._laplace._mode.LaplaceMode` (exact: Laplace's approximation of
 each binary problem, one-vs-rest problems batched) and
-:class:`~skgpx.pathwise._svgp._classification.SparseClassifierMode` (the SVGP engine,
-:class:`~skgpx.pathwise._svgp._engine.SVGPMode`).  Both are :class:`Mode` dataclasses (their
+:class:`~skgpx.pathwise._svgp._classification.SVGPClassificationMode` (the SVGP engine,
+:class:`~skgpx.pathwise._svgp._engine.SVGPEngine`).  Both are :class:`Mode` dataclasses (their
 ``kernel``, ``theta``, ``shift``, ``lml``, ``jitter``; ``seed``: the prediction seed
 drawn after the fit) with
 

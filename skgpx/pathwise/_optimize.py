@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._base import progress_bar
 
 
-class Packing:
+class ThetaZPacking:
     """Maps ``x = [theta, vec(Z)]`` to and from torch tensors, with L-BFGS-B bounds."""
 
     def __init__(self, theta_bounds, Z_shape, learn_Z):
@@ -165,4 +165,4 @@ def run_optimizer(est, value_and_grad, starts, bounds, history, n_rows=None):
     return optima[best]
 
 
-__all__ = ["Packing", "adam", "lbfgs", "run_optimizer"]
+__all__ = ["ThetaZPacking", "adam", "lbfgs", "run_optimizer"]

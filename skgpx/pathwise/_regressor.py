@@ -28,8 +28,8 @@ from ._exact._algebra import clip_negative_variance
 from ._exact._mode import ExactMode, check_structured_options, random_features_error
 from ._functions import sklearn_layout
 from ._modes import PriorMode
-from ._sgpr._mode import SparseMode
-from ._svgp._regression import VariationalMode
+from ._sgpr._mode import SGPRMode
+from ._svgp._regression import SVGPRegressionMode
 
 
 class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -530,7 +530,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     def _validate_dask(self, X, y):
         """Lazy checks of Dask training data: ``(X, Y of shape (n, T), y_was_1d)``."""
         X, Y, feature_names, y_was_1d = dask_training_data(X, y)
-        SparseMode.check_dask_options(self)
+        SGPRMode.check_dask_options(self)
         self._check_n_targets(Y.shape[1])
         self.n_features_in_ = X.shape[1]  # what validate_data(reset=True) records
         if feature_names is not None:
@@ -564,7 +564,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         if variational:
             if self.inducing_points is not None and self.n_inducing is not None:
                 raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
-            return VariationalMode.plan(self, kernel, n, d, device, n_targets)
+            return SVGPRegressionMode.plan(self, kernel, n, d, device, n_targets)
         if self._structured_inputs():
             check_structured_options(self, sparse)
         if self.inducing_points is not None and self.n_inducing is not None:
@@ -574,7 +574,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 f"minibatch_size={self.minibatch_size} needs sparse mode (n_inducing or "
                 "inducing_points) and optimizer='adam'; set minibatch_size=None otherwise."
             )
-        return (SparseMode if sparse else ExactMode).plan(self, kernel, n, d, device)
+        return (SGPRMode if sparse else ExactMode).plan(self, kernel, n, d, device)
 
     def _structured_inputs(self):
         """Whether the kernel takes structured inputs (``requires_vector_input`` False)."""

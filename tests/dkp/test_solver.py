@@ -434,7 +434,7 @@ def test_unsolvable_layer_equation_strengthens_the_mirror_term():
     solution; the update retries with a 4x stronger mirror weight until it has one."""
     from dataclasses import replace
 
-    from skgpx.dkp._solver import _care
+    from skgpx.dkp._solver import care_step
 
     model = DeepKernelProcessRegressor(max_iter=1, device="cpu").fit(TOY_X, TOY_Y)
     config = replace(_config(model), mirror_reg=0.1, objective="dgp")  # alpha = 0
@@ -444,7 +444,7 @@ def test_unsolvable_layer_equation_strengthens_the_mirror_term():
         return (1.0 + lam) * eye, (lam - 0.5) * eye
 
     report = []
-    solution = _care(config, 0.0, coefficients, eye, report)
+    solution = care_step(config, 0.0, coefficients, eye, report)
     assert report[-1]["mirror_boosts"] == 2  # 0.1 -> 0.4 -> 1.6
     U, Q = coefficients(1.6)
     np.testing.assert_allclose((solution @ U @ solution).numpy(), Q.numpy(), atol=1e-12)

@@ -13,7 +13,7 @@ from skgpx import PathwiseGPSampler
 from skgpx.datasets import make_dkp_toy
 from skgpx.dkp._sparse import _lbfgs as _sparse_lbfgs
 from skgpx.dkp._model import Breakdown, DKPConfig, DKPState, dkp_objective
-from skgpx.dkp._sparse._lbfgs import PackedObjective, Packing, lbfgs_fit, maximise
+from skgpx.dkp._sparse._lbfgs import PackedObjective, StatePacking, lbfgs_fit, maximise
 from skgpx.dkp._sparse._model import SparseDKPState, hidden_node, input_gram, prior_mean_grams
 from skgpx.dkp._sparse._pass import objective_value
 from skgpx._inducing._rows import Rows
@@ -88,7 +88,7 @@ def test_packing_round_trip(objective, input_scale, learn_weights, learn_noise,
                      learn_weights=learn_weights, learn_noise=learn_noise)
     rows = _rows(30)
     state = _state(config, rows, 12, perturb=0.3, coincide=not learn_inducing)
-    packing = Packing(config, state, learn_inducing)
+    packing = StatePacking(config, state, learn_inducing)
     vector = packing.vector(state)
     assert vector.shape == (packing.size,)
     built = packing.state(vector)
@@ -113,7 +113,7 @@ def test_packing_noise_floor_and_prior_mean():
     config = _config(n_layers=2, noise_floor=1e-4)
     rows = _rows(20)
     state = _state(config, rows, 8)
-    packing = Packing(config, state)
+    packing = StatePacking(config, state)
     vector = packing.vector(state)
     # L_l = I at the prior mean: zero entries (log-diagonal), whatever the weights are
     m = 8
@@ -134,7 +134,7 @@ def test_gradient_matches_central_differences(learn_inducing):
     config = _config(n_layers=2, nu=10.0)
     rows = _rows(25)
     state = _state(config, rows, 10, perturb=0.3, coincide=not learn_inducing)
-    packing = Packing(config, state, learn_inducing)
+    packing = StatePacking(config, state, learn_inducing)
     objective = PackedObjective(config, packing, rows, batch_size=7)
     vector = packing.vector(state)
     value, gradient, _ = objective(vector)
@@ -170,7 +170,7 @@ def _full_state(rows, state, tensors=None):
 def _full_optimum(config, rows, state):
     """The full DKP's optimum (``_model.dkp_objective``, autograd) by scipy's L-BFGS-B on
     the same packed vector: optimiser and objective code independent of the fit."""
-    packing = Packing(config, state)
+    packing = StatePacking(config, state)
 
     def loss(x):
         leaf = torch.tensor(x, dtype=DTYPE, requires_grad=True)

@@ -17,7 +17,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from skgpx import PathwiseGPSampler
 from skgpx.pathwise._modes import Mode, PriorMode
 from skgpx.pathwise._exact._mode import ExactMode
-from skgpx.pathwise._sgpr._mode import SparseMode
+from skgpx.pathwise._sgpr._mode import SGPRMode
 
 from _fake_cuda import cuda_tagged_pickle
 from ._oracles import query_points, sine_data
@@ -49,7 +49,7 @@ def _case(name):
     est = PathwiseGPSampler(KERNEL, n_inducing=8, normalize_y=True, **params)
     if name == "dask":
         X, y = _dask(X, y)
-    return est, X, y, Xq, SparseMode
+    return est, X, y, Xq, SGPRMode
 
 
 MODES = ["cholesky", "cg", "structured", "sparse", "dask"]
@@ -80,7 +80,7 @@ def test_a_gpu_fit_of_every_mode_loads_on_the_cpu(name):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("mode_class", [ExactMode, SparseMode, PriorMode])
+@pytest.mark.parametrize("mode_class", [ExactMode, SGPRMode, PriorMode])
 def test_modes_are_dataclasses_with_the_engine_interface(mode_class):
     # a dataclass, so that pickling moves its tensors field by field (_base.move_to_device)
     assert dataclasses.is_dataclass(mode_class) and issubclass(mode_class, Mode)

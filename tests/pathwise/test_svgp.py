@@ -32,7 +32,7 @@ from skgpx.pathwise._sgpr._posterior import fit_factors
 from skgpx._inducing._collapsed import inducing_cholesky, whitening
 from skgpx.pathwise._draws._posterior import draw_exact
 from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals
-from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPMode
+from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPEngine
 
 from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores
 
@@ -248,8 +248,8 @@ def test_lbfgs_route_gradient_is_the_envelope_gradient():
     loop's gap, ~1e-12 here, over the step 1e-4)."""
     rows, Z = _classification()
     sk = ConstantKernel(1.0) * RBF(1.0)
-    mode = SVGPMode(sk, Bernoulli("logit"), optimizer="fmin_l_bfgs_b", max_iter=3,
-                    batch_size=16)
+    mode = SVGPEngine(sk, Bernoulli("logit"), optimizer="fmin_l_bfgs_b", max_iter=3,
+                      batch_size=16)
     mode.torch_kernel = TorchKernel(sk)
     theta0 = mode.torch_kernel.theta_tensor()
 
@@ -267,8 +267,8 @@ def test_lbfgs_route_gradient_is_the_envelope_gradient():
 
 def test_lbfgs_route_fits_and_q_is_optimal():
     rows, Z = _classification()
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("probit"),
-                    optimizer="fmin_l_bfgs_b", max_iter=200, batch_size=16)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), Bernoulli("probit"),
+                      optimizer="fmin_l_bfgs_b", max_iter=200, batch_size=16)
     mode.fit(rows, Z, np.random.RandomState(0))
     start = mode.history[0]
     assert mode.elbo > start
@@ -301,16 +301,16 @@ def test_adam_route_is_seeded_and_warns_at_max_iter():
                    batch_size=32)
     fits = []
     for _ in range(2):
-        mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), max_iter=3,
-                        tol=None, **options)
+        mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), max_iter=3,
+                          tol=None, **options)
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)  # tol=None: no warning
             fits.append(mode.fit(rows, Z, np.random.RandomState(5)))
     assert len(fits[0].history) == 3 and fits[0].n_iter == 3
     assert fits[0].history == fits[1].history  # same RandomState: same fit
     np.testing.assert_array_equal(fits[0].q_mu.numpy(), fits[1].q_mu.numpy())
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), max_iter=2,
-                    tol=1e-12, **options)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), max_iter=2,
+                      tol=1e-12, **options)
     with pytest.warns(ConvergenceWarning, match="max_iter=2"):
         mode.fit(rows, Z, np.random.RandomState(5))
 
@@ -321,8 +321,8 @@ def test_predictions_and_posterior_draws():
     X, Y, Z = _data(n=90, m=7, n_latent=3, classes=True, seed=4)
     rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
     sk = ConstantKernel(1.0) * RBF(1.0)
-    mode = SVGPMode(sk, Bernoulli("logit"), multi_class="one_vs_rest", optimizer=None,
-                    batch_size=16).fit(rows, Z, np.random.RandomState(0))
+    mode = SVGPEngine(sk, Bernoulli("logit"), multi_class="one_vs_rest", optimizer=None,
+                      batch_size=16).fit(rows, Z, np.random.RandomState(0))
     Xq = torch.tensor(np.random.RandomState(1).uniform(-2, 2, (5, 2)), dtype=DT)
     proba = mode.predict_proba(Xq)
     mean, var = mode.latent_mean_and_variance(Xq)
@@ -345,9 +345,9 @@ def test_predictions_and_posterior_draws():
 def test_softmax_mode_probabilities_sum_to_one_and_fit_improves():
     X, Y, Z = _data(n=90, m=7, n_latent=3, classes=True, seed=4)
     rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Softmax(32, seed=0),
-                    multi_class="softmax", optimizer="fmin_l_bfgs_b", max_iter=5,
-                    batch_size=16)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), Softmax(32, seed=0),
+                      multi_class="softmax", optimizer="fmin_l_bfgs_b", max_iter=5,
+                      batch_size=16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mode.fit(rows, Z, np.random.RandomState(0))
@@ -361,9 +361,9 @@ def test_adam_route_stopping_rule_ablation_and_silence(capfd):
     (moment parameters, the ablation) trains too; verbose=0 prints nothing."""
     rows, Z = _classification(n=120, m=6)
     for q_update in ("natgrad", "adam"):
-        mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), optimizer="adam",
-                        max_iter=20, tol=1.0, minibatch_size=40, q_update=q_update,
-                        batch_size=32)
+        mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), optimizer="adam",
+                          max_iter=20, tol=1.0, minibatch_size=40, q_update=q_update,
+                          batch_size=32)
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)
             mode.fit(rows, Z, np.random.RandomState(0))
@@ -401,10 +401,10 @@ def test_adam_route_epoch_value_is_the_full_bound_when_nothing_moves():
     on all rows exactly; an unweighted mean would be off by the last batch's weight."""
     rows, Z = _classification(n=120, m=6)
     # q stays at the prior: a DotProduct term makes k(x, x), hence E_i, differ between rows
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0) + DotProduct(1.0), Bernoulli("logit"),
-                    optimizer="adam",
-                    max_iter=2, tol=None, minibatch_size=50, learning_rate=0.0,
-                    natgrad_step=0.0, batch_size=32)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0) + DotProduct(1.0), Bernoulli("logit"),
+                      optimizer="adam",
+                      max_iter=2, tol=None, minibatch_size=50, learning_rate=0.0,
+                      natgrad_step=0.0, batch_size=32)
     mode.fit(rows, Z, np.random.RandomState(0))
     assert mode.history[0] == pytest.approx(mode.elbo, rel=1e-12)
     assert mode.history[1] == pytest.approx(mode.elbo, rel=1e-12)

@@ -24,7 +24,7 @@ from skgpx.pathwise._likelihoods._classification import Gaussian
 from skgpx._inducing._rows import Rows
 from skgpx.pathwise._sgpr._bound import elbo_value_and_grad
 from skgpx.pathwise._svgp._bound import Groups, WhitenedQ, evaluate
-from skgpx.pathwise._svgp._engine import SVGPMode
+from skgpx.pathwise._svgp._engine import SVGPEngine
 
 DT = torch.float64
 JITTER = 1e-8
@@ -61,8 +61,8 @@ def test_gaussian_likelihood_with_learned_noise_reaches_the_collapsed_bound():
     gradient would stop it elsewhere)."""
     rows, Z = _regression()
     n = rows.X.shape[0]
-    mode = SVGPMode(ConstantKernel(1.0) * RBF([1.0, 1.0]), Gaussian(0.3),
-                    optimizer="fmin_l_bfgs_b", max_iter=200, tol=None)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF([1.0, 1.0]), Gaussian(0.3),
+                      optimizer="fmin_l_bfgs_b", max_iter=200, tol=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mode.fit(rows, Z, np.random.RandomState(0))
@@ -215,11 +215,11 @@ def test_two_group_fit_learns_the_likelihood_theta_and_predicts_every_latent(opt
     each group's posterior draws through its own kernel, Z and L_z: the draws' mean
     at the inducing inputs converges to the latent means (4 sd of S = 4000 draws)."""
     rows, Z = _regression(n=50, m=8, seed=1)
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), _Heteroscedastic(0.0),
-                    optimizer=optimizer, max_iter=15, learning_rate=0.05,
-                    natgrad_step=0.5, minibatch_size=25,
-                    groups=[(None, 1), (ConstantKernel(0.5) * RBF(2.0), 1)],
-                    share_inducing=False)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), _Heteroscedastic(0.0),
+                      optimizer=optimizer, max_iter=15, learning_rate=0.05,
+                      natgrad_step=0.5, minibatch_size=25,
+                      groups=[(None, 1), (ConstantKernel(0.5) * RBF(2.0), 1)],
+                      share_inducing=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mode.fit(rows, Z, np.random.RandomState(0))
@@ -295,7 +295,7 @@ def test_natural_step_with_positive_curvature_is_halved_until_it_factorises():
     assert float(h.min()) > 0.1
     with pytest.raises(NotPositiveDefiniteError):
         q.natural_step(ev.sums, 1.0, 1.0)
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), lik)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), lik)
     mode.q = q
     stepped = mode._safe_step(ev.sums, 1.0, 1.0)
     gamma = 0.5
@@ -326,8 +326,8 @@ def test_fit_with_a_likelihood_that_is_not_log_concave_reaches_the_stationary_q(
     the quadrature here (the positive h included: a curvature that drops them stops at
     another q), to 1e-4 of Lambda's scale."""
     rows, Z = _outliers()
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), _StudentT(), optimizer=None,
-                    inner=inner, inner_tol=None)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), _StudentT(), optimizer=None,
+                      inner=inner, inner_tol=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mode.fit(rows, Z, np.random.RandomState(0))
@@ -354,7 +354,7 @@ def test_adam_route_halves_the_steps_that_do_not_factorise(monkeypatch):
     raising (before the fix no step failed: H dropped the positive curvature)."""
     rows, Z = _outliers()
     failures = []
-    step = SVGPMode._step
+    step = SVGPEngine._step
 
     def spy(self, *args):
         try:
@@ -363,9 +363,9 @@ def test_adam_route_halves_the_steps_that_do_not_factorise(monkeypatch):
             failures.append(args[2])
             raise
 
-    monkeypatch.setattr(SVGPMode, "_step", spy)
-    mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), _StudentT(), optimizer="adam",
-                    natgrad_step=1.0, minibatch_size=20, max_iter=5, tol=None)
+    monkeypatch.setattr(SVGPEngine, "_step", spy)
+    mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), _StudentT(), optimizer="adam",
+                      natgrad_step=1.0, minibatch_size=20, max_iter=5, tol=None)
     mode.fit(rows, Z, np.random.RandomState(0))
     assert len(failures) > 0 and mode.n_iter == 5
     assert np.isfinite(mode.elbo) and np.all(np.isfinite(mode.history))

@@ -23,7 +23,7 @@ from skgpx._inducing._rows import Rows
 from skgpx._inducing._collapsed import inducing_cholesky, whitening
 from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals, triangular_inverse
 from skgpx.pathwise._svgp import _engine as _svgp_fit
-from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPMode
+from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPEngine
 from skgpx.pathwise._svgp._inner import InnerProblem, optimal_q
 
 from .test_svgp import DT, JITTER, KERNELS, _data, _moment_optimum, _random_q
@@ -111,8 +111,8 @@ def test_softmax_inner_loop_matches_the_full_pass_loop(monkeypatch):
     monkeypatch.setattr(_svgp_fit, "InnerProblem", Spy)
     fits = {}
     for inner in ("cached", "full"):
-        mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), lik, multi_class="softmax",
-                        optimizer=None, inner=inner, inner_tol=None)
+        mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), lik, multi_class="softmax",
+                          optimizer=None, inner=inner, inner_tol=None)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             mode.fit(rows, Z, np.random.RandomState(0))
@@ -140,8 +140,8 @@ def test_lbfgs_plateau_rule_stops_early_without_a_warning():
     rows = Rows(X, Y, torch.zeros(len(X), dtype=DT))
     runs = {}
     for tol in (1.0, None):
-        mode = SVGPMode(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"),
-                        optimizer="fmin_l_bfgs_b", max_iter=100, tol=tol)
+        mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"),
+                          optimizer="fmin_l_bfgs_b", max_iter=100, tol=tol)
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)
             mode.fit(rows, Z, np.random.RandomState(0))

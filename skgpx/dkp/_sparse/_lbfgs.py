@@ -36,10 +36,10 @@ from collections import deque
 import torch
 
 from .._model import Breakdown
-from ._model import SparseFit, _cholesky, hidden_node, input_gram, prior_mean_grams
+from ._model import SparseFit, checked_cholesky, hidden_node, input_gram, prior_mean_grams
 from ._pass import objective_gradients
 
-__all__ = ["PackedObjective", "Packing", "lbfgs_fit", "maximise"]
+__all__ = ["PackedObjective", "StatePacking", "lbfgs_fit", "maximise"]
 
 _HISTORY = 20  # L-BFGS memory
 _ARMIJO = 1e-4  # c1 of the Wolfe conditions
@@ -77,7 +77,7 @@ def _symmetric(matrix):
     return 0.5 * (matrix + matrix.mT)
 
 
-class Packing:
+class StatePacking:
     """The map between a :class:`~skgpx.dkp._sparse._model.SparseDKPState` and one flat
     vector of what ``config`` (and ``learn_inducing``) says is learned.
 
@@ -130,16 +130,16 @@ class Packing:
         parts = []
         with torch.no_grad():
             if self.omega_triangle is not None:
-                parts.append(self.omega_triangle.pack(_cholesky(state.omega, "input scale")))
+                parts.append(self.omega_triangle.pack(checked_cholesky(state.omega, "input scale")))
             if self.learn_grams:
                 lower = input_gram(state.inducing, state.omega)
                 for layer, gram in enumerate(state.hidden_grams, start=2):
                     scale = hidden_node(self.config, state.weights[layer - 2], lower,
                                         state.jitter)
-                    root = _cholesky(scale, f"sum kernel S_{layer - 1}")
+                    root = checked_cholesky(scale, f"sum kernel S_{layer - 1}")
                     # L_l = C^-1 chol(G_l): lower triangular, G_l = C L L^T C^T
                     whitened = torch.linalg.solve_triangular(
-                        root, _cholesky(gram, f"Gram matrix G_{layer}"), upper=False)
+                        root, checked_cholesky(gram, f"Gram matrix G_{layer}"), upper=False)
                     parts.append(self.gram_triangle.pack(whitened))
                     lower = gram
             for j, flags in enumerate(self.learned):
@@ -204,7 +204,7 @@ class Packing:
             grams, lower = [], input_gram(inducing, omega)
             for layer, factor in enumerate(whitened, start=2):
                 scale = hidden_node(config, weights[layer - 2], lower, template.jitter)
-                half = _cholesky(scale, f"sum kernel S_{layer - 1}") @ factor
+                half = checked_cholesky(scale, f"sum kernel S_{layer - 1}") @ factor
                 lower = _symmetric(half @ half.mT)
                 grams.append(lower)
         else:
@@ -472,7 +472,7 @@ def lbfgs_fit(config, state, rows, *, max_iter, tol, batch_size, progress=None, 
     if learn_inducing and state.coincide:
         raise ValueError("learn_inducing needs state.coincide=False: a moving inducing input "
                          "cannot share the Eye nugget with the row it started on.")
-    packing = Packing(config, state, learn_inducing)
+    packing = StatePacking(config, state, learn_inducing)
     evaluate = PackedObjective(config, packing, rows, batch_size, passes)
     history, counts = [], []
 

@@ -157,7 +157,7 @@ def input_gram(inducing, omega):
     return 0.5 * (gram + gram.mT)
 
 
-def _cholesky(matrix, name):
+def checked_cholesky(matrix, name):
     factor, info = torch.linalg.cholesky_ex(matrix)
     if bool(info != 0) or not bool(torch.isfinite(factor.diagonal()).all()):
         raise Breakdown(f"The {name} on the inducing inputs is not positive definite.")
@@ -212,8 +212,8 @@ def prior_terms(config, state, grams=None, scales=None):
     for layer in range(2, state.n_nodes + 1):
         scale = scales[layer - 2] if scales is not None else hidden_node(
             config, state.weights[layer - 2], grams[layer - 2], state.jitter)
-        gram_factor = _cholesky(grams[layer - 1], f"Gram matrix G_{layer}")
-        term = gaussian_term(_cholesky(scale, f"sum kernel S_{layer - 1}"), root=gram_factor)
+        gram_factor = checked_cholesky(grams[layer - 1], f"Gram matrix G_{layer}")
+        term = gaussian_term(checked_cholesky(scale, f"sum kernel S_{layer - 1}"), root=gram_factor)
         total = total + 0.5 * config.nu_hidden[layer - 2] * (
             a * logdet_from_cholesky(gram_factor) + term + m)
     return total
@@ -227,14 +227,14 @@ def inducing_blocks(config, state):
     for layer in range(2, state.n_nodes + 1):
         scale = hidden_node(config, state.weights[layer - 2], grams[layer - 2], state.jitter)
         scales.append(scale)
-        factor = _cholesky(scale, f"sum kernel S_{layer - 1}")
+        factor = checked_cholesky(scale, f"sum kernel S_{layer - 1}")
         # B = S^-1 (G - S) with G - S formed first (as _predict: G close to S would cancel)
         shift = torch.cholesky_solve(grams[layer - 1] - scale, factor)
         eye = torch.eye(shift.shape[0], dtype=shift.dtype, device=shift.device)
         maps.append(shift + eye)
         correction = torch.cholesky_solve(shift.mT, factor)
         corrections.append(0.5 * (correction + correction.mT))
-    factor = _cholesky(output_kernel(config, state, grams[-1]), "output kernel K_uu")
+    factor = checked_cholesky(output_kernel(config, state, grams[-1]), "output kernel K_uu")
     eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
     whitening = torch.linalg.solve_triangular(factor, eye, upper=False)
     return InducingBlocks(

@@ -14,7 +14,7 @@ terms cancel at ``G = G~``).  The natural split takes ``Psi^Q = sym dF_fit/dG_l`
 ``Psi^U = -sym dF_volume/dG_l`` (one two-seed gradient pass): with the inducing inputs
 equal to the rows it is the full model's step exactly.  Where that CARE has no positive
 definite solution the PSD split (whitened positive part into ``Q``) is used, with the
-mirror boosts of :func:`skgpx.dkp._solver._care` as the last resort.  ``Omega`` takes the
+mirror boosts of :func:`skgpx.dkp._solver.care_step` as the last resort.  ``Omega`` takes the
 same step on ``d x d`` matrices (App. L), the output weights the exact 2-D Newton of
 :mod:`skgpx.dkp._sparse._weights`.
 
@@ -36,7 +36,7 @@ import torch
 from .._grams import gram_kernel_derivatives
 from .._model import Breakdown
 from .._riccati import CARESolveError, solve_care
-from .._solver import Message, _care
+from .._solver import Message, care_step
 from ._anderson import Anderson, pack, unpack
 from ._model import SparseFit, hidden_node, input_gram, node_grams, prior_mean_grams, prior_terms
 from ._pass import objective_gradients, objective_value
@@ -162,7 +162,7 @@ def _solve(config, lam, natural, fallback, current, report):
     except CARESolveError:
         pass
     report.append({"split": "psd"})
-    return _care(replace(config, mirror_reg=lam), config.alpha, fallback(), current, report)
+    return care_step(replace(config, mirror_reg=lam), config.alpha, fallback(), current, report)
 
 
 def _split(fit, volume, index):
@@ -202,8 +202,8 @@ def sparse_sweep(config, state, gradients, lam, n_targets, shrink=1.0, report=No
             q, u = psd_split(psi, state.omega)
             coefficients = omega_coefficients(config, state, None, q, u, n_targets,
                                               coupled=False)
-            new.omega = _care(replace(config, mirror_reg=lam), config.alpha, coefficients,
-                              state.omega, report)
+            new.omega = care_step(replace(config, mirror_reg=lam), config.alpha, coefficients,
+                                  state.omega, report)
             carrier = state.copy(hidden_grams=new.hidden_grams)
             new.hidden_grams = transport(config, carrier, new.hidden_grams,
                                          state.weights[:-1], omega=new.omega)

@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 
 from ..._base import progress_bar
 from ...kernels import ObjectRows, squared_distance_profile_
-from ._newton import SMALL_MAX, Mode, _on_lapack, lml_gradient_weights, posterior_mode
+from ._newton import SMALL_MAX, NewtonPosterior, on_lapack, lml_gradient_weights, posterior_mode
 
 
 # kernel matrices' pieces (elements, all problems of a batch) kept for the gradient
@@ -116,7 +116,7 @@ class LaplaceProblems:
         self.kernel, self.X, self.Y = kernel, X, Y
         self.link, self.max_iter, self.warm_start = link, max_iter, warm_start
         self.f_cache = [None] * Y.shape[0]
-        # per problem, (theta, Mode, row) of its last evaluation, when small: the fitted
+        # per problem, (theta, NewtonPosterior, row) of its last evaluation, when small: the fitted
         # mode at the optimizer's answer is then no second Newton search
         self.last = {}
         # ``[C *] RBF/Matern [+ White]``: closed-form kernel and gradient (see _stationary)
@@ -170,7 +170,7 @@ class LaplaceProblems:
         """Whether ``n_problems`` kernel matrices go the numpy way (see
         :data:`skgpx.pathwise._laplace._newton.SMALL_MAX`)."""
         n = self.X.shape[0]
-        return n_problems * n * n <= SMALL_MAX and _on_lapack(self.X, values)
+        return n_problems * n * n <= SMALL_MAX and on_lapack(self.X, values)
 
     def _stationary_numpy(self, values):
         """:meth:`_stationary` on the CPU in numpy for a batch of ``values`` (B, m):
@@ -261,13 +261,13 @@ class LaplaceProblems:
             return self.mode(members, thetas)[1]
         rows = [self.last[c] for c in members]
         fields = {}
-        for name in Mode.__dataclass_fields__:
+        for name in NewtonPosterior.__dataclass_fields__:
             if name == "L":  # L^T row-major, as posterior_mode returns it
                 fields[name] = torch.stack([m.L[i].transpose(-1, -2) for _, m, i in rows]
                                            ).transpose(-1, -2)
             else:
                 fields[name] = torch.stack([getattr(m, name)[i] for _, m, i in rows])
-        return Mode(**fields)
+        return NewtonPosterior(**fields)
 
     def objective(self, members, thetas, eval_gradient):
         """Log marginal likelihoods (B,) and, if asked, their gradients (B, p), numpy."""

@@ -4,8 +4,9 @@ Exact mode of ``PathwiseGPClassifier``: one binary problem (two classes), one pe
 (one-vs-rest, sharing the rows: ``(C, n, n)`` batched matrices, L-BFGS-B runs in lock
 step) or one per pair of classes (one-vs-one, each on its pair's rows).  Problems on the
 same rows form a *group*; the object keeps, per group, the rows, the labels and the
-Laplace approximation at the mode (:class:`skgpx.pathwise._laplace._newton.Mode`), and per
-problem the fitted scikit-learn kernel and log marginal likelihood.
+Laplace approximation at the mode
+(:class:`skgpx.pathwise._laplace._newton.NewtonPosterior`), and per problem the fitted
+scikit-learn kernel and log marginal likelihood.
 """
 
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class LaplaceMode(Mode):
     """Laplace's approximation of each binary problem (``theta``: (P, p), one row per
     problem; ``lml``: the mean over the problems)."""
 
-    groups: list = None  # [(X_g, Y_g (C_g, n_g), _laplace.Mode)] problems sharing rows
+    groups: list = None  # [(X_g, Y_g (C_g, n_g), _newton.NewtonPosterior)] problems sharing rows
     kernels: list = None  # fitted scikit-learn kernel per problem
     lml_values: np.ndarray = None  # (P,) log marginal likelihood per problem
     history: list = None  # negative lml of each batched optimizer evaluation

@@ -62,7 +62,7 @@ def link_derivatives(f, y, link, third=True):
 
 
 @dataclass
-class Mode:
+class NewtonPosterior:
     """The Laplace approximation at the mode, per problem (leading axis ``C``).
 
     As scikit-learn keeps them, the temporaries are those of the last Newton step: ``g``,
@@ -95,10 +95,10 @@ SMALL_MAX = 1 << 22
 
 def _small_on_cpu(K, *tensors):
     """Whether the numpy path of a (C, n, n) batch ``K`` applies."""
-    return K.numel() <= SMALL_MAX and _on_lapack(K, *tensors)
+    return K.numel() <= SMALL_MAX and on_lapack(K, *tensors)
 
 
-def _on_lapack(*tensors):
+def on_lapack(*tensors):
     return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64)
                and not t.requires_grad for t in tensors)
 
@@ -107,7 +107,7 @@ def _cholesky_(B):
     """Lower Cholesky factors of the batch ``B`` (C, n, n), overwriting ``B`` on the CPU
     (the factors are then a transposed view of ``B``: column-major, as LAPACK takes them);
     None where a factor does not exist (not positive definite)."""
-    if not _on_lapack(B) or not B.is_contiguous():
+    if not on_lapack(B) or not B.is_contiguous():
         L, info = torch.linalg.cholesky_ex(B)
         return None if bool((info != 0).any()) else L
     for matrix in B.numpy():
@@ -130,7 +130,7 @@ def cho_solve_vectors(L, v):
 
 def solve_lower(L, M):
     """``L^{-1} M`` for lower-triangular ``L`` (C, n, n) and ``M`` (C, n, m)."""
-    if not _on_lapack(L, M):
+    if not on_lapack(L, M):
         return torch.linalg.solve_triangular(L, M, upper=False)
     out = torch.empty_like(M)
     M = M.contiguous()
@@ -147,7 +147,7 @@ def solve_lower(L, M):
 
 def cho_inverse(L):
     """``(L L^T)^{-1}`` (C, n, n), symmetric, from lower factors ``L``."""
-    if not _on_lapack(L):
+    if not on_lapack(L):
         return torch.cholesky_inverse(L)
     out = L.transpose(-1, -2).clone(memory_format=torch.contiguous_format)  # column-major L
     for matrix in out.numpy():
@@ -167,7 +167,7 @@ def _factor_B(K, W_sr, buffer):
     B = torch.mul(K, W_sr[:, :, None], out=buffer)
     B.mul_(W_sr[:, None, :])
     B.diagonal(dim1=-2, dim2=-1).add_(1.0)
-    L = _cholesky_(B.clone() if not _on_lapack(B) else B)
+    L = _cholesky_(B.clone() if not on_lapack(B) else B)
     if L is None:  # K itself far from PSD: jitter, or a clear error
         B = K * W_sr[:, :, None]
         B.mul_(W_sr[:, None, :])
@@ -197,7 +197,7 @@ def posterior_mode(K, y, f0, link, max_iter):
 
     Returns
     -------
-    Mode
+    NewtonPosterior
     """
     if _small_on_cpu(K, y, f0) and K.is_contiguous():
         return _posterior_mode_numpy(K, y, f0, link, max_iter)
@@ -208,10 +208,11 @@ def _posterior_mode_torch(K, y, f0, link, max_iter):
     """:func:`posterior_mode` in torch (any device)."""
     C, n = y.shape
     factors = torch.empty_like(K)  # L^T row-major (L column-major) of each problem
-    out = Mode(lml=torch.empty(C, dtype=K.dtype, device=K.device), f=torch.empty_like(y),
-               g=torch.empty_like(y), W=torch.empty_like(y), dW=torch.empty_like(y),
-               W_sr=torch.empty_like(y), L=factors.transpose(-1, -2), a=torch.empty_like(y),
-               n_iter=torch.zeros(C, dtype=torch.long))
+    out = NewtonPosterior(
+        lml=torch.empty(C, dtype=K.dtype, device=K.device), f=torch.empty_like(y),
+        g=torch.empty_like(y), W=torch.empty_like(y), dW=torch.empty_like(y),
+        W_sr=torch.empty_like(y), L=factors.transpose(-1, -2), a=torch.empty_like(y),
+        n_iter=torch.zeros(C, dtype=torch.long))
     buffer = torch.empty_like(K)
     members = list(range(C))  # the problems still iterating
     Ka, ya, f = K, y, f0
@@ -364,9 +365,9 @@ def _posterior_mode_numpy(K_t, y_t, f0_t, link, max_iter):
         Ka, ya, sa, f, previous = Ka[keep], ya[keep], sa[keep], f[keep], previous[keep]
         g_next, W_next = g_next[keep], W_next[keep]
     t = {name: torch.from_numpy(value) for name, value in out.items()}
-    return Mode(lml=torch.from_numpy(out_lml), f=t["f"], g=t["g"], W=t["W"], dW=out_dW,
-                W_sr=t["W_sr"], L=factors_t.transpose(-1, -2), a=t["a"],
-                n_iter=torch.from_numpy(out_iter))
+    return NewtonPosterior(lml=torch.from_numpy(out_lml), f=t["f"], g=t["g"], W=t["W"], dW=out_dW,
+                           W_sr=t["W_sr"], L=factors_t.transpose(-1, -2), a=t["a"],
+                           n_iter=torch.from_numpy(out_iter))
 
 
 def lml_gradient_weights(mode, K, y):
@@ -424,7 +425,7 @@ def latent_moments(mode, cross, prior_diag):
 
     Parameters
     ----------
-    mode : Mode
+    mode : NewtonPosterior
     cross : Tensor of shape (C, n, m)
         ``k(X_train, X_query)`` per problem.
     prior_diag : Tensor of shape (C, m)
@@ -440,5 +441,5 @@ def latent_moments(mode, cross, prior_diag):
     return mean, var.clamp_min(0.0)
 
 
-__all__ = ["COEFS", "LAMBDAS", "LINKS", "Mode", "latent_moments", "link_derivatives",
+__all__ = ["COEFS", "LAMBDAS", "LINKS", "NewtonPosterior", "latent_moments", "link_derivatives",
            "lml_gradient_weights", "positive_probability", "posterior_mode"]

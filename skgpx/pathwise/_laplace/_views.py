@@ -161,7 +161,7 @@ def ovo_scores(positive, confidences, n_classes):
 
 
 def select_problems(mode, members):
-    """The Mode of a subset of the problems (all of them: the Mode itself)."""
+    """The NewtonPosterior of a subset of the problems (all of them: the NewtonPosterior itself)."""
     if members == list(range(mode.lml.shape[0])):
         return mode
     index = torch.as_tensor(members, device=mode.lml.device)

@@ -39,7 +39,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from ._quadrature import _gauss_hermite
+from ._quadrature import gauss_hermite
 
 LINKS = ("logit", "probit")
 # Below -PROBIT_TAIL the curvature's factor z + r (r = phi(z) / Phi(z), the inverse Mills
@@ -216,7 +216,7 @@ class Bernoulli(_Fixed):
 
         ``var`` below zero (round-off of ``k_ii - q_ii``) counts as zero.
         """
-        nodes, weights = _gauss_hermite(self.n_quadrature, mu)
+        nodes, weights = gauss_hermite(self.n_quadrature, mu)
         sign = (2.0 * Y - 1.0)[..., None]
         f = mu[..., None] + var.clamp_min(0.0).sqrt()[..., None] * nodes  # (b, L, Q)
         value, first, second = self._derivatives(sign * f)
@@ -241,7 +241,7 @@ class Bernoulli(_Fixed):
         var = var.clamp_min(0.0)
         if self.link == "probit":
             return torch.special.ndtr(mu / torch.sqrt(1.0 + var))
-        nodes, weights = _gauss_hermite(PREDICT_QUADRATURE, mu)
+        nodes, weights = gauss_hermite(PREDICT_QUADRATURE, mu)
         quadrature = torch.sigmoid(mu[..., None] + var.sqrt()[..., None] * nodes) @ weights
         mixture = positive_probability(mu, var, self.link)
         return torch.where(var <= 9.0, quadrature, mixture).clamp_(0.0, 1.0)

@@ -71,7 +71,7 @@ import torch
 import torch.nn.functional as F
 
 from ..._base import MovableState
-from ._quadrature import _gauss_hermite
+from ._quadrature import gauss_hermite
 
 # Student-t: Gauss-Hermite where v <= WIDE_RATIO nu sigma^2, the sinh rule beyond.  Measured
 # against scipy.integrate.quad (nu in [2.001, 1000], |y - mu| up to 300 sigma): 20 Gauss-
@@ -187,7 +187,7 @@ class StudentT(MovableState):
         rules = []
         if n_wide < wide.numel():
             narrow = ~wide
-            x, w = _gauss_hermite(self.n_quadrature, m)
+            x, w = gauss_hermite(self.n_quadrature, m)
             r = m[narrow, None] + sd[narrow, None] * x
             rules.append((narrow, r, w.expand(r.shape)))
         if n_wide:
@@ -361,7 +361,7 @@ class HeteroscedasticGaussian(MovableState):
         (mu_f, mu_g), (v_f, v_g) = self._split(mu), self._split(var.clamp_min(0.0))
         resid = Y - mu_f
         S = resid * resid + v_f
-        x, w = _gauss_hermite(self.n_quadrature, mu)
+        x, w = gauss_hermite(self.n_quadrature, mu)
         log_a = math.log(self.floor)
         m, v = (c + mu_g)[..., None], v_g[..., None]
         sd = v.sqrt()
@@ -443,7 +443,7 @@ class HeteroscedasticGaussian(MovableState):
             z = z + (slope / (-curve.clamp_max(-1.0))).clamp(-4.0, 4.0)
         _, _, curve = terms(z)
         spread = (-curve).clamp_min(0.25).rsqrt()
-        x, w = _gauss_hermite(self.n_quadrature, mu)
+        x, w = gauss_hermite(self.n_quadrature, mu)
         nodes = z + spread * x
         log_n = terms(nodes)[0]
         log_terms = log_n - 0.5 * nodes * nodes + 0.5 * x * x + spread.log() + w.log()

@@ -13,7 +13,7 @@ from ...linalg import positive_tril, solve_lower
 from .._optimize import lbfgs
 from .._optimize import restart_points
 from .._optimize import run_optimizer
-from .._optimize import Packing
+from .._optimize import ThetaZPacking
 from ._bound import elbo_value_and_grad
 
 
@@ -102,7 +102,7 @@ def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
     ``rows``: the training rows (``_sparse.Rows`` or ``skgpx.distributed.DaskRows``).
     """
     device, dtype = Z.device, Z.dtype
-    packing = Packing(torch_kernel.bounds, Z.shape, est.optimize_inducing)
+    packing = ThetaZPacking(torch_kernel.bounds, Z.shape, est.optimize_inducing)
     starts = [packing.pack(theta, Z) for theta in restart_points(est, torch_kernel, rng)]
     if est.optimizer == "adam" and est.minibatch_size is not None:
         return _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history)

@@ -26,7 +26,7 @@ from ._posterior import check_sparse_noise, fit_factors, predictive_cov, predict
 
 
 @dataclass
-class SparseMode(Mode):
+class SGPRMode(Mode):
     """Inducing inputs ``Z`` and the optimal ``q(u)`` (``SparseFactors``)."""
 
     factors: object = None  # SparseFactors
@@ -160,4 +160,4 @@ def initial_inducing(est, X, rng):
     return np.array(Z)
 
 
-__all__ = ["SparseMode", "initial_inducing"]
+__all__ = ["SGPRMode", "initial_inducing"]

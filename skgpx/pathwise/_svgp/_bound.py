@@ -1,6 +1,6 @@
 r"""Whitened sparse variational GP (SVGP) for classification and non-Gaussian regression:
 the bound, its gradients and the natural-gradient step on ``q`` (``_svgp_q``).  The
-training drivers and the mode object that the estimators call (``SVGPMode``: fit once,
+training drivers and the mode object that the estimators call (``SVGPEngine``: fit once,
 then ``latent_mean_and_variance``, ``predict_proba``, ``posterior``) are in
 ``_svgp_fit``, whose docstring states that interface.
 
@@ -87,7 +87,7 @@ from ..._buffers import Buffers
 from ..._inducing._collapsed import inducing_cholesky
 from ..._inducing._cross import stationary_cross
 from ...linalg import gram, lower_matmul, matmul
-from ._kzz_pullback import _stationary_zz_gradient, _upper_matmul, triangular_inverse, zz_adjoint
+from ._kzz_pullback import stationary_zz_gradient, upper_matmul, triangular_inverse, zz_adjoint
 from ._q import WhitenedQ
 
 
@@ -115,7 +115,7 @@ class VariationalSums:
                                self.n, GAAt)
 
 
-def _cross_block(kernel, theta, Z, X, cross, buffers):
+def cross_block(kernel, theta, Z, X, cross, buffers):
     """``k(Z, X)`` (m, b), and for the stationary route the standardised rows and the
     Matern slope (``_sparse.StationaryCross.weighted_block``)."""
     if cross is None:
@@ -244,7 +244,7 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
         for p in parts:
             p["generic"] = generic = want_grad and p["cross"] is None
             with torch.set_grad_enabled(generic):
-                p["K_graph"], p["Xs"], p["slope"] = _cross_block(
+                p["K_graph"], p["Xs"], p["slope"] = cross_block(
                     p["kernel"], p["theta_"] if generic else p["theta"],
                     p["Z_"] if generic else p["Z"], Xc, p["cross"], p["buffers"])
                 p["kxx_graph"] = p["kernel"].diag(Xc, p["theta_"] if generic else p["theta"],
@@ -276,8 +276,8 @@ def block_sums(X, Y, alpha, kernel, theta, Z, L_inverse, q_mean, q_excess, likel
                     G_A.add_(p["U"][c] * h[:, cols.start + c], alpha=2.0)
                 if not want_H:
                     GAAt[j] += matmul(G_A, p["A"].T)
-                p["G_K"] = _upper_matmul(p["L_inverse"].T.contiguous(), G_A,
-                                         p["buffers"].get("adjoint", G_A.shape, G_A))
+                p["G_K"] = upper_matmul(p["L_inverse"].T.contiguous(), G_A,
+                                        p["buffers"].get("adjoint", G_A.shape, G_A))
         for p in parts:
             _pull_back_chunk(p, h[:, p["cols"]])
     grad = None
@@ -358,7 +358,7 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
     groups = as_groups(kernel, q.mean.shape[1])
     factors = []
     for g, kern in enumerate(groups.kernels):
-        # the K_zz path by autograd only where no closed form exists (_stationary_zz_gradient)
+        # the K_zz path by autograd only where no closed form exists (stationary_zz_gradient)
         graph = want_grad and kern.stationary_signal() is None
         theta_ = theta[groups.thetas[g]].detach().clone().requires_grad_(graph)
         Z_ = groups.inducing(Z, g).detach().clone().requires_grad_(graph)
@@ -390,8 +390,8 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
             dL = -(L_inv.T @ GAAt).tril()
             d_theta, d_Z = torch.autograd.grad((L * dL).sum(), [theta_, Z_], allow_unused=True)
         else:
-            d_theta, d_Z = _stationary_zz_gradient(kern, spec, theta_.detach(), Z_.detach(),
-                                                   zz_adjoint(L_inv, GAAt), jitter)
+            d_theta, d_Z = stationary_zz_gradient(kern, spec, theta_.detach(), Z_.detach(),
+                                                  zz_adjoint(L_inv, GAAt), jitter)
         d_thetas.append(torch.zeros_like(theta_) if d_theta is None else d_theta)
         d_Zs.append(torch.zeros_like(Z_) if d_Z is None else d_Z)
     n_theta, n_lik = theta.numel(), len(likelihood.names)
@@ -425,7 +425,7 @@ def marginals(kernel, theta, Z, L_inverse, q, Xq, batch_size):
         with torch.no_grad():
             for start in range(0, Xq.shape[0], step):
                 rows = slice(start, start + step)
-                K, _, _ = _cross_block(kern, theta_g, Z_g, Xq[rows], cross, buffers)
+                K, _, _ = cross_block(kern, theta_g, Z_g, Xq[rows], cross, buffers)
                 kxx = kern.diag(Xq[rows], theta_g, part="full")
                 _, _, mean[rows, cols], var[rows, cols] = _chunk_moments(
                     K.contiguous(), L_inverses[g], q.mean[:, cols], q.excess[cols], kxx,

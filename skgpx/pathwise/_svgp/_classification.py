@@ -1,7 +1,7 @@
 """The sparse variational mode of ``PathwiseGPClassifier``: its face on the SVGP engine.
 
 The estimator validates the data and options, then hands them here once; the fitted
-:class:`~skgpx.pathwise._svgp._engine.SVGPMode` answers every later question (latent moments,
+:class:`~skgpx.pathwise._svgp._engine.SVGPEngine` answers every later question (latent moments,
 probabilities, the posterior of the draws, the bound at another ``theta``).  Latent
 problems are encoded as columns of the label matrix given to the engine:
 
@@ -26,7 +26,7 @@ from ...kernels import TorchKernel
 from .._laplace._draws import link_probabilities
 from .._likelihoods._classification import Bernoulli, Softmax
 from .._modes import Mode
-from ._engine import SVGPMode
+from ._engine import SVGPEngine
 
 # optimizer="auto" trains the sparse mode by mini-batches above this many training rows.
 # Up to it L-BFGS-B on full passes is both faster and tighter (q is optimal at each
@@ -120,11 +120,11 @@ def restart_kernels(est, kernel, rng):
 
 
 @dataclass
-class SparseClassifierMode(Mode):
-    """The fitted :class:`~skgpx.pathwise._svgp._engine.SVGPMode` with the best bound over
+class SVGPClassificationMode(Mode):
+    """The fitted :class:`~skgpx.pathwise._svgp._engine.SVGPEngine` with the best bound over
     the restarts, answering as the classifier's modes do (``_engine``)."""
 
-    svgp: SVGPMode = None
+    svgp: SVGPEngine = None
     codes: np.ndarray = None  # (n,) class codes of the training rows (in memory)
     dask_labels: object = None  # the latent label matrix (Dask fits): lazy, on the workers
     n_classes: int = 2
@@ -173,7 +173,7 @@ class SparseClassifierMode(Mode):
             likelihood = Bernoulli(est.link, est.n_quadrature)
         best = None
         for start in restart_kernels(est, kernel, rng):
-            svgp = SVGPMode(
+            svgp = SVGPEngine(
                 clone(start), likelihood, multi_class=multi_class, optimizer=self.optimizer,
                 max_iter=est.max_iter, tol=est.tol, learning_rate=est.learning_rate,
                 natgrad_step=est.natgrad_step, minibatch_size=est.minibatch_size,
@@ -251,5 +251,5 @@ class SparseClassifierMode(Mode):
         return value, ev.grad_theta.detach().cpu().numpy().astype(np.float64)
 
 
-__all__ = ["AUTO_MINIBATCH_ROWS", "SparseClassifierMode", "check_sparse_options", "is_sparse",
+__all__ = ["AUTO_MINIBATCH_ROWS", "SVGPClassificationMode", "check_sparse_options", "is_sparse",
            "resolve_optimizer"]

@@ -3,7 +3,7 @@ non-Gaussian regression's), and its mode object.
 
 Interface (the exact-mode Laplace object of ``_laplace`` has the same shape)::
 
-    mode = SVGPMode(kernel, likelihood, multi_class=..., optimizer=..., ...,
+    mode = SVGPEngine(kernel, likelihood, multi_class=..., optimizer=..., ...,
                     groups=None, share_inducing=True)
     mode.fit(rows, Z0, rng)     # rows: _sparse.Rows or DaskRows, labels/targets as Y
     mode.latent_mean_and_variance(Xq)   # -> (mean, var), each (n*, L): all latents
@@ -37,7 +37,7 @@ bound at any of them (``likelihood.with_theta``).
 
 **Likelihoods that are not log-concave** (``likelihood.log_concave = False``): a natural
 step whose precision does not factorise is retried with ``gamma`` halved (the "adam"
-route: that step only, :meth:`SVGPMode._safe_step`; the full-batch loop and the held-A
+route: that step only, :meth:`SVGPEngine._safe_step`; the full-batch loop and the held-A
 loop: as a step that lowers the bound, their existing shortening).
 
 Routes (``optimizer``):
@@ -116,7 +116,7 @@ def natgrad_schedule(step, natgrad_step, warmup=NATGRAD_WARMUP):
     return float(math.exp((1 - frac) * math.log(GAMMA_START) + frac * math.log(natgrad_step)))
 
 
-class SVGPMode(MovableState):
+class SVGPEngine(MovableState):
     """The sparse variational mode of ``PathwiseGPClassifier`` (module docstring).
 
     Parameters
@@ -460,4 +460,4 @@ class SVGPMode(MovableState):
         return SVGPPosterior(self, shift, n_features_in, squeeze, group)
 
 
-__all__ = ["MomentQ", "NATGRAD_WARMUP", "SVGPMode", "SVGPPosterior", "natgrad_schedule"]
+__all__ = ["MomentQ", "NATGRAD_WARMUP", "SVGPEngine", "SVGPPosterior", "natgrad_schedule"]

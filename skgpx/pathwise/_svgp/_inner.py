@@ -43,7 +43,7 @@ from ..._base import rows_per_chunk
 from ..._buffers import Buffers
 from ..._inducing._cross import stationary_cross
 from ...linalg import NotPositiveDefiniteError, gram, lower_matmul, matmul
-from ._bound import Groups, WhitenedQ, _cross_block, as_groups
+from ._bound import Groups, WhitenedQ, cross_block, as_groups
 
 # a covariance step that loses after a round that gained under NEAR * tol per row ends
 # the loop: the remaining gap is at the Monte-Carlo floor (optimal_q)
@@ -84,7 +84,7 @@ class InnerProblem:
                 A = X.new_empty(m, n)
                 for start in range(0, n, self.step):
                     rows = slice(start, start + self.step)
-                    K, _, _ = _cross_block(kern, theta_g, Z_g, X[rows], cross, buffers)
+                    K, _, _ = cross_block(kern, theta_g, Z_g, X[rows], cross, buffers)
                     lower_matmul(L_inverses[g], K.contiguous(), A[:, rows])
                 self.As.append(A)
                 self.kxxs.append(kern.diag(X, theta_g, part="full"))

@@ -11,7 +11,7 @@ from ..._inducing._cross import stationary_cross
 from ...linalg import lower_matmul, matmul
 
 
-def _upper_matmul(U, B, out, parts=4):
+def upper_matmul(U, B, out, parts=4):
     """``U @ B`` into ``out`` for an upper-triangular ``U`` (m, m), skipping its zeros
     (row block ``i`` needs the columns from its first row on: 5/8 of a product's flops
     with four blocks, as ``linalg.lower_matmul``)."""
@@ -43,7 +43,7 @@ def zz_adjoint(L_inverse, GAAt):
     P.diagonal().mul_(0.5)
     # both factors triangular: Phi L_z^{-1} is lower, L_z^{-T} upper (5/8 of a product each)
     P = lower_matmul(P, L_inverse, torch.empty_like(P))
-    P = _upper_matmul(L_inverse.T.contiguous(), P, torch.empty_like(P))
+    P = upper_matmul(L_inverse.T.contiguous(), P, torch.empty_like(P))
     return -0.5 * (P + P.T)
 
 
@@ -61,7 +61,7 @@ def triangular_inverse(L):
     return torch.from_numpy(np.ascontiguousarray(inverse.T))
 
 
-def _stationary_zz_gradient(kernel, spec, theta, Z, K_bar, jitter):
+def stationary_zz_gradient(kernel, spec, theta, Z, K_bar, jitter):
     """``<bar K, d(K_zz + j s I)>`` in theta and Z for a stationary signal, in closed form.
 
     ``K_zz = s kappa(r^2)`` and the model's jitter ``j * mean(diag K_zz) = j s``

@@ -10,7 +10,7 @@ import scipy.optimize
 from sklearn.exceptions import ConvergenceWarning
 
 from ...linalg import NotPositiveDefiniteError
-from .._optimize import SPARSE_GRADIENT_TOL, SPARSE_LBFGS_MEMORY, Packing
+from .._optimize import SPARSE_GRADIENT_TOL, SPARSE_LBFGS_MEMORY, ThetaZPacking
 
 # the "adam" route's stopping rule compares epoch means this many epochs apart
 PLATEAU_WINDOW = 3
@@ -74,7 +74,7 @@ def _lbfgs_plateau(value_and_grad, x0, bounds, max_iter, n_rows, tol):
 
 def fit_full(mode, rows, theta, Z):
     """The ``"fmin_l_bfgs_b"`` route (and a callable optimizer, or None) of ``mode``
-    (``_svgp_fit.SVGPMode``, module docstring there): L-BFGS-B on
+    (``_svgp_fit.SVGPEngine``, module docstring there): L-BFGS-B on
     ``x = [theta_1 .. theta_G, theta_lik, vec Z]`` (the likelihood's part only when it
     has hyperparameters, Z only when learned) with ``q`` optimal at each evaluation
     (``mode._optimal_q``).  Returns the packed ``(theta, Z)``; sets ``mode.q``,
@@ -85,7 +85,7 @@ def fit_full(mode, rows, theta, Z):
     if n_lik:  # x = [theta_1 .. theta_G, theta_lik, vec Z]
         bounds = np.vstack([bounds, np.asarray(mode.likelihood.bounds,
                                                dtype=np.float64).reshape(-1, 2)])
-    packing = Packing(bounds, Z.shape, learn_Z)
+    packing = ThetaZPacking(bounds, Z.shape, learn_Z)
     device, dtype = Z.device, Z.dtype
 
     def unpack(x):

@@ -43,7 +43,7 @@ from .._likelihoods._regression import NOISE_RANGE, SCALE_RANGE, Heteroscedastic
 from .._modes import Mode
 from .._sgpr._mode import initial_inducing
 from ._classification import restart_kernels
-from ._engine import SVGPMode
+from ._engine import SVGPEngine
 
 # the "adam" route's mini-batch when minibatch_size is None
 DEFAULT_MINIBATCH = 1024
@@ -122,10 +122,10 @@ def make_likelihood(est, Y):
 
 
 @dataclass
-class VariationalMode(Mode):
-    """The fitted :class:`~skgpx.pathwise._svgp._engine.SVGPMode` (best bound over restarts)."""
+class SVGPRegressionMode(Mode):
+    """The fitted :class:`~skgpx.pathwise._svgp._engine.SVGPEngine` (best bound over restarts)."""
 
-    svgp: SVGPMode = None
+    svgp: SVGPEngine = None
     n_targets: int = 1
     full_rank: bool = False
     X: torch.Tensor = None  # (n, d) rows held here (None for Dask rows)
@@ -185,7 +185,7 @@ class VariationalMode(Mode):
             groups = [(None, self.n_targets), (clone(noise_kernel), self.n_targets)]
         best = None
         for start in restart_kernels(est, kernel, rng):
-            svgp = SVGPMode(
+            svgp = SVGPEngine(
                 clone(start), likelihood, optimizer=est.optimizer, max_iter=est.max_iter,
                 tol=est.tol, learning_rate=est.learning_rate, natgrad_step=est.natgrad_step,
                 minibatch_size=est.minibatch_size or DEFAULT_MINIBATCH,
@@ -313,5 +313,5 @@ class VariationalMode(Mode):
         return out
 
 
-__all__ = ["NOISE_AMPLITUDE_BOUNDS", "VariationalMode", "check_target_spread",
+__all__ = ["NOISE_AMPLITUDE_BOUNDS", "SVGPRegressionMode", "check_target_spread",
            "default_noise_kernel", "make_likelihood"]
