@@ -14,11 +14,13 @@ from .._base import (
 from .._dask import dask_class_labels, dask_summaries, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel, split_white_noise
 from ._draws._spectra import has_random_features
+from ._interface import FitContext, Training
 from ._laplace._draws import draw_latent
 from ._laplace._mode import LaplaceMode
 from ._laplace._newton import LINKS
 from ._laplace._views import probabilities_only
-from ._svgp._classification import SVGPClassificationMode, check_sparse_options, is_sparse
+from ._modes import plan_classification
+from ._svgp._classification import check_sparse_options, is_sparse
 
 
 # fitted attributes that only one of the modes sets
@@ -295,6 +297,11 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
     def _structured(self):
         return self.kernel is not None and not self.kernel.requires_vector_input
 
+    def _context(self, device, dtype, **fields):
+        """What the modes know of this estimator: its parameters and where tensors live."""
+        return FitContext.of(self, device=device, dtype=dtype, structured=self._structured(),
+                             **fields)
+
     def _validate_X(self, X, reset, y="no_validation"):
         kw = dict(ensure_2d=False, dtype=None) if self._structured() else dict(dtype=np.float64)
         if reset:
@@ -334,8 +341,10 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         kernel = self._initial_kernel()
         if not self._structured():
             TorchKernel(kernel).check_n_features(X.shape[1])
-        mode = SVGPClassificationMode() if is_sparse(self) else LaplaceMode()
-        mode.fit(self, kernel, X, codes, len(classes), device, dtype)
+        context = self._context(device, dtype)
+        d = 1 if self._structured() else X.shape[1]
+        mode = plan_classification(context, kernel, len(codes), d, len(classes))
+        mode.fit(context, kernel, Training(X, codes, n_classes=len(classes)))
         return self._store(mode, classes, np.copy(X) if self.copy_X_train else X)
 
     def _initial_kernel(self):
@@ -354,8 +363,11 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         self._mode, self._prediction_seed = mode, mode.seed
         for name in MODE_ATTRIBUTES:  # a refit in the other mode leaves none of the old
             self.__dict__.pop(name, None)
-        for name, value in mode.attributes(self).items():
+        for name, value in mode.attributes().items():
             setattr(self, name, value)
+        views = mode.views(self, classes)
+        if views is not None:
+            self.base_estimator_ = views
         return self
 
     def _fit_dask(self, X, y):
@@ -376,8 +388,9 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
         kernel = self._initial_kernel()
         TorchKernel(kernel).check_n_features(X.shape[1])
         x_mean, _, _ = dask_summaries(X, Y, dtype)  # finiteness and magnitude, on the workers
-        mode = SVGPClassificationMode().fit_dask(self, kernel, X, Y, x_mean, len(classes),
-                                                 device, dtype)
+        context = self._context(device, dtype)
+        mode = plan_classification(context, kernel, X.shape[0], X.shape[1], len(classes))
+        mode.fit(context, kernel, Training(X, Y, shift=x_mean, n_classes=len(classes)))
         return self._store(mode, classes, X)
 
     # ------------------------------------------------------------ prediction
@@ -560,8 +573,10 @@ class PathwiseGPClassifier(ClassifierMixin, TorchEstimatorMixin, BaseEstimator):
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
+        context = self._context(self._mode.theta.device, self._mode.theta.dtype,
+                                X_train=self.X_train_)
         return self._mode.log_marginal_likelihood(
-            self, np.asarray(theta, dtype=np.float64), eval_gradient, clone_kernel)
+            context, np.asarray(theta, dtype=np.float64), eval_gradient, clone_kernel)
 
 
 __all__ = ["PathwiseGPClassifier"]

@@ -1,160 +1,66 @@
-"""The engine of the pathwise estimators: one *mode object* per way of fitting a GP.
+"""The one place that picks a mode from an estimator's parameters, and the prior mode.
 
-An estimator of the pathwise family validates its input and parameters, builds one mode
-object, hands it the training data once, and afterwards only asks it questions; the
-mode owns every tensor of the fit.  ``PathwiseGPSampler`` has two modes,
-:class:`~skgpx.pathwise._exact._mode.ExactMode` (the exact GP by a Cholesky factor or by
-CG, on vectors or on structured inputs) and
-:class:`~skgpx.pathwise._sgpr._mode.SGPRMode` (inducing points, on rows held in this
-process or by Dask workers), and :class:`PriorMode` answers for an unfitted estimator.
-
-The interface
--------------
-A mode object is a dataclass (so that pickling a fitted estimator moves its tensors to
-the CPU field by field: :func:`skgpx._base.move_to_device`) with
-
-``plan(est, kernel, n, d, device)`` (classmethod)
-    Refuses, before any torch work, what this mode cannot run on ``n`` rows of ``d``
-    features (memory, options), and returns the unfitted mode.
-``fit(est, kernel, X, Y, noise, rng, history, device, dtype, shift=None)``
-    Fits on the training data (in-memory arrays, or Dask collections where the mode
-    supports them) with the targets ``Y`` of shape (n, T) as the estimator wants them
-    modelled (normalised, say), optimising the hyperparameters of the scikit-learn
-    ``kernel`` (a clone the estimator owns) when ``est`` asks for it.  Reads its options
-    from ``est``, appends the objective of each evaluation to ``history`` and returns the
-    fitted kernel.  Afterwards the fields of :class:`Mode` hold the fitted state.
-``predict(Xq, *, noise, batch_size, want_var, want_cov, observed)``
-    Predictive moments at the query rows ``Xq``: ``(mean (n*, T), var (n*,) or (n*, T)
-    or None, cov (n*, n*) or (n*, n*, T) or None)`` in the units of the fitted ``Y``.
-    ``noise`` is the variance the estimator adds at new inputs: None for the full
-    kernel's (its ``WhiteKernel`` terms, scikit-learn's choice), a float for the signal
-    plus that (0.0: the latent function); see :meth:`Mode.prior_variance`.
-    ``observed``: also add a non-Gaussian likelihood's noise (the Gaussian modes carry
-    theirs in the kernel, so ``noise`` says all for them).
-``noise_variance(Xq)``, ``sample_noise(Xq, n_samples, generator, draw_options)``
-    The expected observation noise variance (n*, 1) or (n*, T) at ``Xq``, and draws of a
-    likelihood's own noise (n*, S, T), or None where the kernel carries it (:class:`Mode`
-    gives both for the Gaussian modes).  ``exact_draws``: whether ``sample_y`` may draw
-    from the exact joint posterior (``prior="exact"``).
-``posterior(**face)``
-    The object that :func:`~skgpx.pathwise._draws._posterior.draw_functions` and
-    :func:`~skgpx.pathwise._draws._posterior.draw_exact` consume: a
-    :class:`~skgpx.pathwise._draws._posterior.Posterior` of this fit, completed by the
-    estimator's ``face`` (``signal_kernel``, ``y_mean``, ``y_std``, ``n_targets``,
-    ``squeeze``, ``n_features_in``).
-``log_marginal_likelihood(est, theta, eval_gradient)``
-    The objective of the fit at another ``theta`` (a tensor): a float, and with
-    ``eval_gradient`` its gradient as a float64 array.
-``attributes()``
-    The public fitted attributes this mode gives the estimator (``noise_variance_``,
-    ``inducing_points_``, ``cg_n_iter_``, ...).
-
-Classifiers
------------
-``PathwiseGPClassifier`` has two modes of the same shape,
-:class:`~skgpx.pathwise._laplace._mode.LaplaceMode` (exact: Laplace's approximation of
-each binary problem, one-vs-rest problems batched) and
-:class:`~skgpx.pathwise._svgp._classification.SVGPClassificationMode` (the SVGP engine,
-:class:`~skgpx.pathwise._svgp._engine.SVGPEngine`).  Both are :class:`Mode` dataclasses (their
-``kernel``, ``theta``, ``shift``, ``lml``, ``jitter``; ``seed``: the prediction seed
-drawn after the fit) with
-
-``fit(est, kernel, X, codes, n_classes, device, dtype)``
-    Fits on the validated ``X`` and the class codes ``codes`` (0 .. n_classes - 1),
-    reading the options of ``est``; refuses first what cannot fit in memory.
-``attributes(est)``
-    The public fitted attributes (``kernel_``, ``log_marginal_likelihood_value_``,
-    ``objective_history_``, ``n_iter_``, and ``base_estimator_`` or ``inducing_points_``,
-    ``q_mu_``, ``q_sqrt_``, ``jitter_``).
-``latent(Xq, problems=None)``
-    Latent means and variances ``(P, n*)`` (tensors) of the binary problems or latent
-    functions (all, or the indices ``problems``) at validated query rows.
-``predict_proba(Xq)``
-    Class probabilities ``(n*, n_classes)``, float64 numpy rows summing to one.
-``posteriors(n_features_in)``
-    The posteriors that ``draw_functions`` consumes (attributes of ``Posterior``): one
-    per Laplace problem, one for all the latents of ``q(u)``.
-``draw_probabilities(f)``
-    Class-probability draws ``(n*, n_classes, S)`` of latent draws ``f``.
-``log_marginal_likelihood(est, theta, eval_gradient, clone_kernel)``
-    The approximate log marginal likelihood (or the bound) at the float64 array
-    ``theta``, with its gradient when asked; ``clone_kernel=False`` sets the fitted
-    kernels' theta (the fitted posterior stays).
+``PathwiseGPSampler``: a likelihood other than ``"gaussian"`` is fitted on the SVGP engine
+(:class:`~skgpx.pathwise._svgp._regression.SVGPRegressionMode`); otherwise inducing inputs
+(``n_inducing`` or ``inducing_points``) ask for collapsed sparse regression
+(:class:`~skgpx.pathwise._sgpr._mode.SGPRMode`), and without them the GP is exact
+(:class:`~skgpx.pathwise._exact._mode.ExactMode`).  ``PathwiseGPClassifier``: inducing
+inputs ask for sparse variational classification
+(:class:`~skgpx.pathwise._svgp._classification.SVGPClassificationMode`), and without them
+each binary problem has Laplace's approximation
+(:class:`~skgpx.pathwise._laplace._mode.LaplaceMode`).  Before ``fit``, a regressor answers
+with :class:`PriorMode`.
 """
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
+from sklearn.exceptions import NotFittedError
 from sklearn.gaussian_process.kernels import ConstantKernel
 
 from ..kernels import TorchKernel, split_white_noise
-from ._draws._posterior import Posterior
+from ._exact._mode import ExactMode, check_structured_options
+from ._interface import RegressionMode
+from ._laplace._mode import LaplaceMode
+from ._sgpr._mode import SGPRMode
+from ._svgp._classification import SVGPClassificationMode, is_sparse
+from ._svgp._regression import SVGPRegressionMode
+
+
+def plan_regression(context, kernel, n, d, n_targets):
+    """The unfitted mode of a ``PathwiseGPSampler`` fit on ``n`` rows of ``d`` features;
+    refuses, before any work, what cannot run."""
+    params = context.params
+    variational = params.likelihood != "gaussian"
+    sparse = params.inducing_points is not None or params.n_inducing is not None
+    if variational and params.minibatch_size is not None and params.optimizer != "adam":
+        raise ValueError(f"minibatch_size={params.minibatch_size} needs optimizer='adam'; "
+                         "set minibatch_size=None otherwise.")
+    if variational:
+        if params.inducing_points is not None and params.n_inducing is not None:
+            raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
+        return SVGPRegressionMode.plan(context, kernel, n, d, n_targets)
+    if context.structured:
+        check_structured_options(params, sparse)
+    if params.inducing_points is not None and params.n_inducing is not None:
+        raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
+    if params.minibatch_size is not None and not (sparse and params.optimizer == "adam"):
+        raise ValueError(
+            f"minibatch_size={params.minibatch_size} needs sparse mode (n_inducing or "
+            "inducing_points) and optimizer='adam'; set minibatch_size=None otherwise."
+        )
+    return (SGPRMode if sparse else ExactMode).plan(context, kernel, n, d, n_targets)
+
+
+def plan_classification(context, kernel, n, d, n_classes):
+    """The unfitted mode of a ``PathwiseGPClassifier`` fit on ``n`` rows of ``d``
+    features with ``n_classes`` classes."""
+    mode = SVGPClassificationMode if is_sparse(context.params) else LaplaceMode
+    return mode.plan(context, kernel, n, d, n_classes)
 
 
 @dataclass
-class Mode:
-    """The fitted state every mode has (None before ``fit``)."""
-
-    kernel: object = None  # TorchKernel at the fitted theta
-    theta: torch.Tensor = None  # fitted log hyperparameters
-    shift: torch.Tensor = None  # (d,) centre of the random features; None: the origin
-    lml: float = None  # the objective at theta: log marginal likelihood or its bound
-    jitter: float = 0.0  # jitter that the fitted factorisation needed
-    exact_draws = True  # (class attribute) sample_y may draw the exact joint posterior
-
-    def posterior(self, **face):
-        """The posterior of this fit for draws (see the module docstring)."""
-        return Posterior(kernel=self.kernel, theta=self.theta, shift=self.shift,
-                         **self._posterior_fields(), **face)
-
-    def _posterior_fields(self):
-        return {}
-
-    def noise_variance(self, Xq):
-        """The kernel's ``WhiteKernel`` noise level at the rows ``Xq``, (n*, 1)."""
-        return self.kernel.noise_level(self.theta).expand(Xq.shape[0], 1)
-
-    def sample_noise(self, Xq, n_samples, generator, draw_options):
-        """Draws of a likelihood's own noise: none for a Gaussian mode, whose noise is
-        the kernel's (added by the estimator)."""
-        return None
-
-    def prior_variance(self, Xq, noise=None):
-        """Prior variance at the rows ``Xq``: of the full kernel when ``noise`` is None,
-        else of the signal (no ``WhiteKernel`` terms) plus ``noise``."""
-        if noise is None:
-            return self.kernel.diag(Xq, self.theta, part="full")
-        return self.kernel.diag(Xq, self.theta, part="signal") + noise
-
-    def prior_covariance(self, Xq, noise=None):
-        """Prior covariance of the rows ``Xq``, with ``noise`` as in :meth:`prior_variance`."""
-        if noise is None:
-            return self.kernel(Xq, theta=self.theta, part="full")
-        cov = self.kernel(Xq, theta=self.theta, part="signal")
-        cov.diagonal().add_(noise)
-        return cov
-
-    def as_theta(self, theta):
-        """``theta`` (array-like) as a tensor like the fitted one, checked for its length:
-        the argument of :meth:`log_marginal_likelihood`."""
-        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=self.theta.dtype,
-                                device=self.theta.device)
-        if self.theta.shape[0] != theta.shape[0]:
-            raise ValueError(f"theta has {theta.shape[0]} entries, but the kernel has "
-                             f"{self.theta.shape[0]} free hyperparameters.")
-        return theta
-
-
-def with_theta(kernel, theta):
-    """``kernel`` (scikit-learn, changed in place) set to ``theta``, and its TorchKernel."""
-    kernel.theta = theta
-    kernel._check_bounds_params()
-    return kernel, TorchKernel(kernel)
-
-
-@dataclass
-class PriorMode(Mode):
+class PriorMode(RegressionMode):
     """The prior of an unfitted estimator: zero mean, the kernel's covariance."""
 
     n_targets: int = 1
@@ -174,6 +80,26 @@ class PriorMode(Mode):
         return cls(kernel=torch_kernel, theta=torch_kernel.theta_tensor(device, dtype),
                    n_targets=n_targets), face
 
+    @classmethod
+    def plan(cls, context, kernel, n, d, n_targets=1):
+        """The prior of ``kernel`` for ``d`` features (no rows are needed)."""
+        return cls.of(kernel, d, n_targets, context.device, context.dtype)[0]
+
+    def fit(self, context, kernel, data):
+        """The prior has nothing to fit: a fitted estimator answers with the mode that
+        :func:`plan_regression` picks."""
+        raise TypeError("PriorMode is the prior of an unfitted estimator and is not fitted; "
+                        "fit the estimator instead.")
+
+    def attributes(self):
+        """None: an unfitted estimator has no fitted attributes."""
+        return {}
+
+    def log_marginal_likelihood(self, context, theta, eval_gradient=False, clone_kernel=True):
+        """Undefined without training data."""
+        raise NotFittedError("The log marginal likelihood needs training data; call fit "
+                             "first.")
+
     def predict(self, Xq, *, noise=None, batch_size, want_var=False, want_cov=False,
                 observed=True):
         mean = Xq.new_zeros(Xq.shape[0], self.n_targets)
@@ -181,4 +107,4 @@ class PriorMode(Mode):
                 self.prior_covariance(Xq, noise) if want_cov else None)
 
 
-__all__ = ["Mode", "PriorMode", "with_theta"]
+__all__ = ["PriorMode", "plan_classification", "plan_regression"]

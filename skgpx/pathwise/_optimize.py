@@ -115,22 +115,22 @@ def adam(value_and_grad, x0, bounds, *, max_iter, learning_rate, on_step):
     return best_x, float(best_f)
 
 
-def restart_points(est, torch_kernel, rng):
+def restart_points(params, torch_kernel, rng):
     """Initial theta of each optimizer run (scikit-learn's restart protocol)."""
     bounds = torch_kernel.bounds
     starts = [torch_kernel.theta]
-    if est.n_restarts_optimizer > 0:
+    if params.n_restarts_optimizer > 0:
         if not np.isfinite(bounds).all():
             raise ValueError(
                 "Multiple optimizer restarts (n_restarts_optimizer>0) requires that "
                 "all bounds are finite."
             )
         starts += [rng.uniform(bounds[:, 0], bounds[:, 1])
-                   for _ in range(est.n_restarts_optimizer)]
+                   for _ in range(params.n_restarts_optimizer)]
     return starts
 
 
-def run_optimizer(est, value_and_grad, starts, bounds, history, n_rows=None):
+def run_optimizer(params, value_and_grad, starts, bounds, history, n_rows=None):
     """Run the optimizer from every start; returns the best (x, f_min).
 
     ``n_rows``: the sparse bound's number of rows, for L-BFGS-B's per-row test (``lbfgs``).
@@ -144,21 +144,21 @@ def run_optimizer(est, value_and_grad, starts, bounds, history, n_rows=None):
         return result
 
     optima = []
-    total = est.max_iter * len(starts) if est.optimizer == "adam" else None
-    with progress_bar(est.verbose, "PathwiseGPSampler fit", total=total) as bar:
+    total = params.max_iter * len(starts) if params.optimizer == "adam" else None
+    with progress_bar(params.verbose, "PathwiseGPSampler fit", total=total) as bar:
         for run, x0 in enumerate(starts):
-            if callable(est.optimizer):
-                x, fmin = est.optimizer(obj_func, x0, bounds=bounds)
+            if callable(params.optimizer):
+                x, fmin = params.optimizer(obj_func, x0, bounds=bounds)
                 x, fmin = np.asarray(x, dtype=np.float64), float(fmin)
-            elif est.optimizer == "adam":
-                x, fmin = adam(obj_func, x0, bounds, max_iter=est.max_iter,
-                               learning_rate=est.learning_rate,
+            elif params.optimizer == "adam":
+                x, fmin = adam(obj_func, x0, bounds, max_iter=params.max_iter,
+                               learning_rate=params.learning_rate,
                                on_step=lambda: bar.update(1))
             else:
-                x, fmin = lbfgs(obj_func, x0, bounds, est.max_iter,
+                x, fmin = lbfgs(obj_func, x0, bounds, params.max_iter,
                                 on_step=lambda: bar.update(1), n_rows=n_rows)
             optima.append((x, fmin))
-            if est.verbose >= 2:
+            if params.verbose >= 2:
                 bar.write(f"run {run}: neg log marginal likelihood {fmin:.6g}",
                           file=sys.stderr)
     best = int(np.argmin([fmin for _, fmin in optima]))

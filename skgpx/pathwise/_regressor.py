@@ -5,6 +5,7 @@ layout of outputs); ``fit`` builds one mode object (:mod:`skgpx.pathwise._modes`
 hands it the training data once, and every method after that asks it.
 """
 
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -25,11 +26,11 @@ from ._draws._posterior import (
 )
 from ._draws._spectra import has_random_features
 from ._exact._algebra import clip_negative_variance
-from ._exact._mode import ExactMode, check_structured_options, random_features_error
+from ._exact._mode import random_features_error
 from ._functions import sklearn_layout
-from ._modes import PriorMode
+from ._interface import FitContext, Training
+from ._modes import PriorMode, plan_regression
 from ._sgpr._mode import SGPRMode
-from ._svgp._regression import SVGPRegressionMode
 
 
 class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, BaseEstimator):
@@ -486,7 +487,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         alpha = float(self.alpha) if dask else self._alpha_vector(n)
         n_targets = y.shape[1] if y.ndim > 1 else 1
         self._check_n_targets(n_targets)
-        engine = self._plan(kernel, n, d, device, n_targets)
+        context = self._context(device, dtype)
+        mode = plan_regression(context, kernel, n, d, n_targets)
         x_mean = None
         if dask:
             x_mean, y_mean, y_std = dask_summaries(X, y, dtype)
@@ -502,8 +504,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         rng = check_random_state(self.random_state)
         history = []
         Y = y if dask else y.reshape(n, n_targets)
-        kernel = engine.fit(self, kernel, X, Y, alpha, rng, history, device, dtype,
-                            shift=x_mean)
+        kernel = mode.fit(replace(context, rng=rng, history=history), kernel,
+                          Training(X, Y, noise=alpha, shift=x_mean))
         signal, _ = split_white_noise(kernel)  # at the fitted hyperparameters
         self.kernel_ = kernel
         self.signal_kernel_ = ConstantKernel(0.0, "fixed") if signal is None else signal
@@ -514,14 +516,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             self.X_train_ = np.copy(X) if self.copy_X_train else X
             self.y_train_ = np.copy(y) if self.copy_X_train else y
         self.y_mean_, self.y_scale_ = y_mean, y_std
-        self.log_marginal_likelihood_value_ = np.float64(engine.lml)
-        self.jitter_ = float(engine.jitter)
+        self.log_marginal_likelihood_value_ = np.float64(mode.lml)
+        self.jitter_ = float(mode.jitter)
         self.objective_history_ = [float(v) for v in history]
         self.n_iter_ = len(history)
-        for name, value in engine.attributes().items():
+        for name, value in mode.attributes().items():
             setattr(self, name, value)
         self.device_, self.dtype_ = device, self.dtype
-        self._engine = engine
+        self._mode = mode
         self._y_mean = self._as_tensor(y_mean, device, dtype)
         self._y_scale = self._as_tensor(y_std, device, dtype)
         self._prediction_seed = draw_seed(rng)
@@ -553,28 +555,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             )
         TorchKernel(kernel).check_n_features(n_features_in)
 
-    def _plan(self, kernel, n, d, device, n_targets):
-        """The mode object of this fit (``_engine``); refuses, before any work, what
-        cannot run."""
-        variational = self.likelihood != "gaussian"
-        sparse = self.inducing_points is not None or self.n_inducing is not None
-        if variational and self.minibatch_size is not None and self.optimizer != "adam":
-            raise ValueError(f"minibatch_size={self.minibatch_size} needs optimizer='adam'; "
-                             "set minibatch_size=None otherwise.")
-        if variational:
-            if self.inducing_points is not None and self.n_inducing is not None:
-                raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
-            return SVGPRegressionMode.plan(self, kernel, n, d, device, n_targets)
-        if self._structured_inputs():
-            check_structured_options(self, sparse)
-        if self.inducing_points is not None and self.n_inducing is not None:
-            raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
-        if self.minibatch_size is not None and not (sparse and self.optimizer == "adam"):
-            raise ValueError(
-                f"minibatch_size={self.minibatch_size} needs sparse mode (n_inducing or "
-                "inducing_points) and optimizer='adam'; set minibatch_size=None otherwise."
-            )
-        return (SGPRMode if sparse else ExactMode).plan(self, kernel, n, d, device)
+    def _context(self, device, dtype, **fields):
+        """What the modes know of this estimator: its parameters and where tensors live."""
+        return FitContext.of(self, device=device, dtype=dtype,
+                             structured=self._structured_inputs(), **fields)
 
     def _structured_inputs(self):
         """Whether the kernel takes structured inputs (``requires_vector_input`` False)."""
@@ -596,10 +580,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
     # ------------------------------------------------------------ posterior
 
     def _fitted_or_prior(self, n_features_in):
-        """The fitted mode object (``_engine``), or the prior's before fit, and the face
+        """The fitted mode object (``_mode``), or the prior's before fit, and the face
         that completes its posterior; never writes to self."""
         if hasattr(self, "X_train_"):
-            return self._engine, dict(
+            return self._mode, dict(
                 signal_kernel=self.signal_kernel_, y_mean=self._y_mean, y_std=self._y_scale,
                 n_targets=len(self.y_mean_),
                 squeeze=self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1,
@@ -622,13 +606,13 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         (``_fitted_or_prior``)."""
         if self._structured_inputs():
             X = validate_data(self, X, reset=False, ensure_2d=False, dtype=None)
-            engine, face = self._fitted_or_prior(1)
-            return engine, face, ObjectRows.of(np.copy(X), engine.theta.dtype,
-                                               engine.theta.device)
+            mode, face = self._fitted_or_prior(1)
+            return mode, face, ObjectRows.of(np.copy(X), mode.theta.dtype,
+                                             mode.theta.device)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         check_magnitude(X, "X", self._current_device_dtype()[1])
-        engine, face = self._fitted_or_prior(X.shape[1])
-        return engine, face, self._as_tensor(X, engine.theta.device, engine.theta.dtype)
+        mode, face = self._fitted_or_prior(X.shape[1])
+        return mode, face, self._as_tensor(X, mode.theta.device, mode.theta.dtype)
 
     def predict(self, X, return_std=False, return_cov=False, return_noise=False):
         """Predict with the GP posterior (the prior before ``fit``).
@@ -665,16 +649,16 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        engine, face, Xq = self._query(X)
+        mode, face, Xq = self._query(X)
         if return_cov:
             self._check_query_memory(Xq.shape[0], "predict(return_cov=True)",
                                      "predict in chunks of rows with return_std=True")
         y_std, squeeze = face["y_std"], face["squeeze"]
         with torch.no_grad():
-            noise = None if self.predict_noise == "sklearn" else self._extra_noise(engine)
-            mean, var, cov = engine.predict(Xq, noise=noise, batch_size=self.batch_size,
-                                            want_var=return_std, want_cov=return_cov,
-                                            observed=self.predict_noise != "latent")
+            noise = None if self.predict_noise == "sklearn" else self._extra_noise(mode)
+            mean, var, cov = mode.predict(Xq, noise=noise, batch_size=self.batch_size,
+                                          want_var=return_std, want_cov=return_cov,
+                                          observed=self.predict_noise != "latent")
             out = [self._squeeze(squeeze, face["y_mean"] + y_std * mean)]
             if return_std:  # one variance per row, or one per row and target
                 var = clip_negative_variance(var)
@@ -684,7 +668,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 cov = cov if cov.dim() == 3 else cov[..., None]
                 out.append(self._squeeze(squeeze, cov * y_std**2))
             if return_noise:
-                out.append(self._squeeze(squeeze, torch.sqrt(engine.noise_variance(Xq))
+                out.append(self._squeeze(squeeze, torch.sqrt(mode.noise_variance(Xq))
                                          * y_std))
         return out[0] if len(out) == 1 else tuple(out)
 
@@ -754,10 +738,10 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         NotImplementedError
             ``method="weight_space"`` with a kernel that has no random-feature map.
         """
-        engine, face, Xq = self._query(X)
-        post = engine.posterior(**face)
+        mode, face, Xq = self._query(X)
+        post = mode.posterior(**face)
         n_samples = check_n_samples(n_samples, minimum=0)
-        route = self._route(engine, post, Xq)
+        route = self._route(mode, post, Xq)
         n_query = Xq.shape[0]
         n_train = post.centers.shape[0] if post.fitted else 0
         check_draws_memory(post, n_samples, 0 if route == "exact_at_queries" else n_train,
@@ -768,16 +752,16 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             self._check_query_memory(n_train + n_query, "sample_y with prior='exact'",
                                      "use prior='rff' (linear in the query rows)")
         elif route == "exact_at_queries":
-            check_exact_at_queries_memory(post, n_query, n_train, not engine.exact_draws,
+            check_exact_at_queries_memory(post, n_query, n_train, not mode.exact_draws,
                                           *self._current_device_dtype())
         generator = prediction_generator(self, random_state)
         with torch.no_grad():
             if route == "exact_joint":
                 values = draw_exact(post, Xq, n_samples, generator, self.jitter)
             elif route == "exact_at_queries":
-                mean, _, cov = engine.predict(Xq, noise=0.0, batch_size=self.batch_size,
-                                              want_cov=True, observed=False)
-                prior_variance = engine.prior_variance(Xq, noise=0.0)
+                mean, _, cov = mode.predict(Xq, noise=0.0, batch_size=self.batch_size,
+                                            want_cov=True, observed=False)
+                prior_variance = mode.prior_variance(Xq, noise=0.0)
                 values = draw_at_queries(post, mean, cov, prior_variance, n_samples,
                                          generator, self.jitter)
             else:
@@ -787,7 +771,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             if noise > 0:
                 z = post.streams(generator).normal(values.shape[:-1])
                 values = values + post.y_std * np.sqrt(noise) * z
-            own = None if self.predict_noise == "latent" else engine.sample_noise(
+            own = None if self.predict_noise == "latent" else mode.sample_noise(
                 Xq, n_samples, generator, self._draw_options())
             if own is not None:  # a non-Gaussian likelihood's noise
                 values = values + post.y_std * own
@@ -808,13 +792,13 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
             from the posterior mean and covariance there (a kernel without
             random-feature map).
         """
-        engine, face, Xq = self._query(X)
-        return self._route(engine, engine.posterior(**face), Xq)
+        mode, face, Xq = self._query(X)
+        return self._route(mode, mode.posterior(**face), Xq)
 
-    def _route(self, engine, post, Xq):
+    def _route(self, mode, post, Xq):
         """The route of ``sample_y`` at the validated rows ``Xq`` (see its docstring);
         refuses the options that cannot draw at all."""
-        if not engine.exact_draws and self.prior == "exact":
+        if not mode.exact_draws and self.prior == "exact":
             raise ValueError(f"prior='exact' draws the exact Gaussian posterior; the fit of "
                              f"likelihood={self.likelihood!r} draws by prior='rff'.")
         structured = isinstance(Xq, ObjectRows)
@@ -827,7 +811,7 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                     "whose sample_y draws exactly at the query rows for such kernels.")
             return "weight_space"
         n_train = post.centers.shape[0] if post.fitted else 0
-        if engine.exact_draws and (
+        if mode.exact_draws and (
                 self.prior == "exact"
                 or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)):
             return "exact_joint"
@@ -861,8 +845,8 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         n_samples = check_n_samples(n_samples, minimum=0)
         if self._structured_inputs():
             raise random_features_error(self.kernel, "sample_functions")
-        engine, face = self._fitted_or_prior(self.n_features_in_)
-        post = engine.posterior(**face)
+        mode, face = self._fitted_or_prior(self.n_features_in_)
+        post = mode.posterior(**face)
         check_draws_memory(post, n_samples, post.centers.shape[0], 0, False,
                            "PathwiseGPSampler.sample_functions", **self._memory_options())
         generator = prediction_generator(self, random_state)
@@ -892,8 +876,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return np.float64(self.log_marginal_likelihood_value_)
         check_is_fitted(self, "X_train_")  # requires_fit=False would make a bare check pass
-        theta_tensor = self._engine.as_theta(theta)
-        result = self._engine.log_marginal_likelihood(self, theta_tensor, eval_gradient)
+        theta_tensor = self._mode.as_theta(theta)
+        result = self._mode.log_marginal_likelihood(
+            self._context(theta_tensor.device, theta_tensor.dtype), theta_tensor, eval_gradient)
         if not clone_kernel:
             self.kernel_.theta = np.asarray(theta, dtype=np.float64)
         # numpy scalars, as scikit-learn returns: NumPy 2 promotion keeps float64 arithmetic
@@ -911,14 +896,14 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
 
     @property
     def L_(self):
-        L = getattr(getattr(self, "_engine", None), "L", None)
+        L = getattr(getattr(self, "_mode", None), "L", None)
         if L is None:
             raise AttributeError("L_ exists only in exact mode with the Cholesky solver.")
         return to_numpy(L)
 
     @property
     def alpha_(self):
-        a = getattr(getattr(self, "_engine", None), "a", None)
+        a = getattr(getattr(self, "_mode", None), "a", None)
         if a is None:
             raise AttributeError("alpha_ exists only in exact mode.")
         return to_numpy(a).reshape(self.y_train_.shape)

@@ -190,7 +190,7 @@ def test_memory_guard_refuses_a_dense_query_before_any_work(monkeypatch):
     def unreachable(*args, **kwargs):
         raise AssertionError("the refusal must come before the covariance is formed")
 
-    monkeypatch.setattr(type(est._engine), "predict", unreachable)
+    monkeypatch.setattr(type(est._mode), "predict", unreachable)
     # 3000 query rows: the dense covariances take 4 x 72 MB; 16 MB are "available"
     monkeypatch.setenv("SKGPX_MEMORY_LIMIT", "16000000")
     with pytest.raises(InsufficientMemoryError,

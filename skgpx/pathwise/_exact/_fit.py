@@ -6,7 +6,7 @@ from .._optimize import run_optimizer
 from ._algebra import log_marginal_likelihood
 
 
-def optimize_exact(est, torch_kernel, X, Y, alpha, rng, history):
+def optimize_exact(params, torch_kernel, X, Y, alpha, rng, history):
     """Minimise the negative log marginal likelihood over theta (sklearn's protocol)."""
     device, dtype = X.device, X.dtype
 
@@ -15,7 +15,7 @@ def optimize_exact(est, torch_kernel, X, Y, alpha, rng, history):
         result = log_marginal_likelihood(torch_kernel, theta_t, X, Y, alpha, eval_gradient)
         return (-result[0], -result[1]) if eval_gradient else -result
 
-    x, fmin = run_optimizer(est, value_and_grad, restart_points(est, torch_kernel, rng),
+    x, fmin = run_optimizer(params, value_and_grad, restart_points(params, torch_kernel, rng),
                             torch_kernel.bounds, history)
     return x, -fmin
 

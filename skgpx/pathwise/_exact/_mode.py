@@ -15,14 +15,14 @@ import torch
 from ..._base import check_memory, to_numpy
 from ...kernels import ObjectRows, TorchKernel, split_white_noise
 from ...linalg import cholesky_solve, jittered_cholesky
-from .._modes import Mode, with_theta
+from .._interface import RegressionMode, with_theta
 from . import _algebra
 from ._fit import optimize_exact
 from ._solver import FIT_CHOLESKY_MAX_N, cg_fit_solve, check_cholesky_cost, resolve_solver
 
 
 @dataclass
-class ExactMode(Mode):
+class ExactMode(RegressionMode):
     """The exact GP: ``L = chol(K_A)`` or a CG solver of ``K_A``, and ``a = K_A^{-1} Y``."""
 
     solver: str = "cholesky"  # "cholesky" | "cg"
@@ -35,20 +35,21 @@ class ExactMode(Mode):
     cg: object = None  # CGSolver (CG solver)
 
     @classmethod
-    def plan(cls, est, kernel, n, d, device):
+    def plan(cls, context, kernel, n, d, n_targets=1):
         """The solver for ``n`` rows (``resolve_solver``), refusing before any work a
         hyperparameter fit that needs CG and Cholesky buffers that cannot fit."""
-        itemsize = 4 if est.dtype == "float32" else 8
-        structured = est._structured_inputs()
-        free = est.optimizer is not None and TorchKernel(kernel).n_dims > 0
-        solver = "cholesky" if structured else resolve_solver(est, n, itemsize, free, device)
+        params, device = context.params, context.device
+        itemsize = 4 if params.dtype == "float32" else 8
+        structured = context.structured
+        free = params.optimizer is not None and TorchKernel(kernel).n_dims > 0
+        solver = "cholesky" if structured else resolve_solver(params, n, itemsize, free, device)
         if free and solver == "cg":
             limit = (f": {FIT_CHOLESKY_MAX_N} rows when fitting"
-                     if est.cholesky_max_n == "auto" else "")
+                     if params.cholesky_max_n == "auto" else "")
             raise ValueError(
                 f"Fitting kernel hyperparameters on n={n} rows needs the exact Cholesky "
-                f"solver (cholesky_max_n={est.cholesky_max_n!r}{limit}, "
-                f"solver={est.solver!r}); "
+                f"solver (cholesky_max_n={params.cholesky_max_n!r}{limit}, "
+                f"solver={params.solver!r}); "
                 "use sparse mode (n_inducing=512, say) to fit them on large data, then "
                 "solver='cg' with optimizer=None and the fitted kernel_ for exact draws."
             )
@@ -63,26 +64,28 @@ class ExactMode(Mode):
                 device=device)
         return cls(solver=solver, structured=structured)
 
-    def fit(self, est, kernel, X, Y, noise, rng, history, device, dtype, shift=None):
+    def fit(self, context, kernel, data):
         """Fit on in-memory ``X`` (objects when ``structured``), ``Y`` (n, T) and the
-        per-row ``noise`` (alpha); see the module docstring of ``_engine``."""
+        per-row ``noise`` (alpha)."""
+        params, device, dtype = context.params, context.device, context.dtype
+        X, Y, noise, history = data.X, data.Y, data.noise, context.history
         X = ObjectRows.of(np.copy(X), dtype, device) if self.structured else (
-            est._as_tensor(X, device, dtype))
-        Y, alpha = est._as_tensor(Y, device, dtype), est._as_tensor(noise, device, dtype)
+            context.as_tensor(X, device, dtype))
+        Y, alpha = context.as_tensor(Y, device, dtype), context.as_tensor(noise, device, dtype)
         torch_kernel = TorchKernel(kernel)
-        fitting = est.optimizer is not None and torch_kernel.n_dims > 0
+        fitting = params.optimizer is not None and torch_kernel.n_dims > 0
         if self.solver == "cholesky" and not self.structured:
-            check_cholesky_cost(est, torch_kernel, torch_kernel.theta_tensor(device, dtype),
+            check_cholesky_cost(params, torch_kernel, torch_kernel.theta_tensor(device, dtype),
                                 X, Y, alpha, fitting)
         lml = None  # from the factorisation below unless the optimizer gives it
         if fitting:
-            theta, lml = optimize_exact(est, torch_kernel, X, Y, alpha, rng, history)
+            theta, lml = optimize_exact(params, torch_kernel, X, Y, alpha, context.rng, history)
             kernel, torch_kernel = with_theta(kernel, theta)
         theta = torch_kernel.theta_tensor(device, dtype)
         _, white = split_white_noise(kernel)
         self.kernel, self.theta, self.X, self.Y = torch_kernel, theta, X, Y
         self.noise_var = alpha + white
-        self._solve(est, alpha, white)
+        self._solve(params, alpha, white)
         if lml is None:
             # as scikit-learn: -inf when the matrix as given is not positive definite
             lml = (np.nan if self.L is None else -np.inf if self.jitter
@@ -92,18 +95,18 @@ class ExactMode(Mode):
         self.shift = None if self.structured else X.mean(0)  # the random features' centre
         return kernel
 
-    def _solve(self, est, alpha, white):
+    def _solve(self, params, alpha, white):
         """Cholesky factor or CG solver of ``K_A``, ``a = K_A^{-1} Y`` and the jitter."""
         with torch.no_grad():
             if self.solver == "cg":
-                self.cg, self.a = cg_fit_solve(est, self.kernel, self.X, self.theta,
+                self.cg, self.a = cg_fit_solve(params, self.kernel, self.X, self.theta,
                                                alpha + white, self.Y)
                 self.jitter = 0.0
                 return
             K_A = self.kernel(self.X, theta=self.theta)  # white noise on the diagonal
             K_A.diagonal().add_(alpha)
             self.L, self.jitter = jittered_cholesky(
-                K_A, jitter=est.jitter, max_jitter=1e-3, name="training kernel matrix",
+                K_A, jitter=params.jitter, max_jitter=1e-3, name="training kernel matrix",
                 advice="increase alpha or add a WhiteKernel, or check for duplicated inputs",
             )
             self.a = cholesky_solve(self.L, self.Y)
@@ -130,7 +133,7 @@ class ExactMode(Mode):
     def _posterior_fields(self):
         return dict(X=self.X, Y=self.Y, L=self.L, cg=self.cg, noise_var=self.noise_var)
 
-    def log_marginal_likelihood(self, est, theta, eval_gradient):
+    def log_marginal_likelihood(self, context, theta, eval_gradient=False, clone_kernel=True):
         if self.L is None:
             raise NotImplementedError(
                 "The log marginal likelihood needs a log-determinant, which the CG solver "
@@ -142,16 +145,16 @@ class ExactMode(Mode):
                                                 eval_gradient)
 
 
-def check_structured_options(est, sparse):
+def check_structured_options(params, sparse):
     """Structured inputs have the exact GP only: no features, no inducing inputs."""
-    kernel = f"The kernel {est.kernel} takes structured inputs (requires_vector_input=False)"
+    kernel = f"The kernel {params.kernel} takes structured inputs (requires_vector_input=False)"
     if sparse:
         raise ValueError(f"{kernel}: sparse mode needs inducing points in a vector "
                          "space; unset n_inducing and inducing_points.")
-    if est.method == "weight_space":
+    if params.method == "weight_space":
         raise ValueError(f"{kernel}: method='weight_space' needs random features; "
                          "use method='pathwise'.")
-    if est.solver == "cg":
+    if params.solver == "cg":
         raise ValueError(f"{kernel}: it is evaluated by scikit-learn on the objects, "
                          "so only solver='cholesky' (or 'auto') is supported.")
 

@@ -56,7 +56,7 @@ MIN_TIMED_ROWS = {"fit": 1024, "fixed": 4096}
 MIN_EXPECTED_EVALUATIONS = 10
 
 
-def resolve_solver(est, n, itemsize, fitting, device):
+def resolve_solver(params, n, itemsize, fitting, device):
     """``"cholesky"`` or ``"cg"`` for ``solver="auto"`` on ``n`` rows.
 
     An integer ``cholesky_max_n`` is a row limit.  ``"auto"`` factorises, with fixed
@@ -64,10 +64,10 @@ def resolve_solver(est, n, itemsize, fitting, device):
     :data:`AUTO_MEMORY_FRACTION` of the memory available on ``device`` (GPU memory on
     CUDA), and, with hyperparameters to fit, up to :data:`FIT_CHOLESKY_MAX_N` rows.
     """
-    if est.solver != "auto":
-        return est.solver
-    if est.cholesky_max_n != "auto":
-        return "cholesky" if n <= est.cholesky_max_n else "cg"
+    if params.solver != "auto":
+        return params.solver
+    if params.cholesky_max_n != "auto":
+        return "cholesky" if n <= params.cholesky_max_n else "cg"
     if fitting:
         return "cholesky" if n <= FIT_CHOLESKY_MAX_N else "cg"
     needed = CHOLESKY_BUFFERS * n * n * itemsize
@@ -218,7 +218,7 @@ def cholesky_seconds(kernel, theta, X, Y, alpha, fitting):
     return max(total - cubic, 0.0) * (n / m) ** 2 + cubic * (n / m) ** 3
 
 
-def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
+def check_cholesky_cost(params, kernel, theta, X, Y, alpha, fitting):
     """Warn (once, before any work on all rows) when an exact Cholesky fit is estimated
     to take more than :data:`SLOW_FIT_SECONDS`: one factorisation at fixed
     hyperparameters; with an optimizer, ``max_iter + 1`` evaluations per Adam run, and
@@ -230,9 +230,9 @@ def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
     per_evaluation = cholesky_seconds(kernel, theta, X, Y, alpha, fitting)
     count, qualifier = 1, ""
     if fitting:
-        runs = 1 + est.n_restarts_optimizer
-        if est.optimizer == "adam":
-            count = runs * (est.max_iter + 1)
+        runs = 1 + params.n_restarts_optimizer
+        if params.optimizer == "adam":
+            count = runs * (params.max_iter + 1)
         else:
             count, qualifier = runs * MIN_EXPECTED_EVALUATIONS, "at least "
     seconds = count * per_evaluation
@@ -245,20 +245,20 @@ def check_cholesky_cost(est, kernel, theta, X, Y, alpha, fitting):
                   "the optimizer's progress" if fitting else None)
 
 
-def cg_fit_solve(est, kernel, X, theta, noise, Y):
+def cg_fit_solve(params, kernel, X, theta, noise, Y):
     """Build the CG solver of ``K_A`` and solve ``K_A a = Y``, timed and reported.
 
     Returns ``(solver, a)``; ``solver.n_iter`` holds the iterations of the solve.
     """
     # no total: the bar counts the iterations, which stop at cg_tol well before cg_max_iter
-    with progress_bar(est.verbose, "PathwiseGPSampler CG solve", total=None) as bar:
-        solver = CGSolver.build(kernel, X, theta, noise, rank=est.cg_preconditioner_rank,
-                                tol=est.cg_tol, max_iter=est.cg_max_iter)
+    with progress_bar(params.verbose, "PathwiseGPSampler CG solve", total=None) as bar:
+        solver = CGSolver.build(kernel, X, theta, noise, rank=params.cg_preconditioner_rank,
+                                tol=params.cg_tol, max_iter=params.cg_max_iter)
         operator = solver.operator()
         per_product = seconds_per_product(operator, Y.shape[1])
         monitor = CGCostMonitor(n=X.shape[0], n_rhs=Y.shape[1], device=X.device,
-                                tol=est.cg_tol, max_iter=est.cg_max_iter,
-                                per_iteration=per_product, bar=bar, verbose=est.verbose)
+                                tol=params.cg_tol, max_iter=params.cg_max_iter,
+                                per_iteration=per_product, bar=bar, verbose=params.verbose)
         monitor.before()
         a, solver.n_iter = solver.solve(Y, what="K_A^-1 y", callback=monitor,
                                         operator=operator)

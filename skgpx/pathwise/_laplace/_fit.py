@@ -403,33 +403,33 @@ def lockstep_lbfgs(evaluate, starts, bounds, on_round=None):
     return results
 
 
-def restart_thetas(est, kernel, n_problems):
-    """Each problem's starting thetas, drawing from ``est.random_state`` as scikit-learn
+def restart_thetas(params, kernel, n_problems):
+    """Each problem's starting thetas, drawing from ``params.random_state`` as scikit-learn
     does: binary uses ``random_state`` itself, several problems a clone each."""
     starts = []
     for _ in range(n_problems):
-        rng = check_random_state(est.random_state if n_problems == 1
-                                 else clone(est.random_state, safe=False))
+        rng = check_random_state(params.random_state if n_problems == 1
+                                 else clone(params.random_state, safe=False))
         runs = [kernel.theta]
-        if est.optimizer is not None and kernel.n_dims > 0 and est.n_restarts_optimizer:
+        if params.optimizer is not None and kernel.n_dims > 0 and params.n_restarts_optimizer:
             bounds = kernel.bounds
             if not np.isfinite(bounds).all():
                 raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
                                  "requires that all bounds are finite.")
             runs += [np.exp(rng.uniform(bounds[:, 0], bounds[:, 1]))
-                     for _ in range(est.n_restarts_optimizer)]
+                     for _ in range(params.n_restarts_optimizer)]
         starts.append(runs)
     return starts
 
 
-def optimise(est, problems, kernel, starts, history):
+def optimise(params, problems, kernel, starts, history):
     """Best theta and lml per problem (None for the lml when nothing is fitted), by the
-    optimizer of ``est`` from ``starts``; appends each batched evaluation to ``history``."""
+    optimizer of ``params`` from ``starts``; appends each batched evaluation to ``history``."""
     n_problems = len(starts)
-    if est.optimizer is None or kernel.n_dims == 0:
+    if params.optimizer is None or kernel.n_dims == 0:
         return [kernel.theta] * n_problems, None
     best = [None] * n_problems
-    with progress_bar(est.verbose, "PathwiseGPClassifier fit") as bar:
+    with progress_bar(params.verbose, "PathwiseGPClassifier fit") as bar:
         def on_round(values):
             history.append(float(np.sum(values)))
             bar.update(1)
@@ -440,11 +440,11 @@ def optimise(est, problems, kernel, starts, history):
             members = list(range(offset, offset + p.n_problems))
             for run in range(len(starts[offset])):
                 x0 = [starts[c][run] for c in members]
-                for c, (theta, fmin) in zip(members, _runs(est.optimizer, p, x0, kernel,
+                for c, (theta, fmin) in zip(members, _runs(params.optimizer, p, x0, kernel,
                                                            on_round)):
                     if best[c] is None or fmin < best[c][1]:
                         best[c] = (theta, fmin)
-                    if est.verbose >= 2:
+                    if params.verbose >= 2:
                         bar.write(f"problem {c} run {run}: neg log marginal likelihood "
                                   f"{fmin:.6g}", file=sys.stderr)
             offset += p.n_problems

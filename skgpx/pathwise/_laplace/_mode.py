@@ -23,7 +23,7 @@ from ..._base import (
 from ...kernels import ObjectRows, TorchKernel, split_white_noise
 from ...linalg import jittered_cholesky, solve_lower
 from .._draws._spectra import has_random_features
-from .._modes import Mode
+from .._interface import ClassificationMode
 from ._draws import LaplacePosterior, link_probabilities
 from ._fit import LaplaceProblems, optimise, restart_thetas
 from ._newton import latent_moments, positive_probability
@@ -65,7 +65,7 @@ def check_fit_memory(optimizer, groups, n_rows, dtype, device):
 
 
 @dataclass
-class LaplaceMode(Mode):
+class LaplaceMode(ClassificationMode):
     """Laplace's approximation of each binary problem (``theta``: (P, p), one row per
     problem; ``lml``: the mean over the problems)."""
 
@@ -81,33 +81,41 @@ class LaplaceMode(Mode):
     n_classes: int = 2
     seed: int = 0  # prediction seed drawn after the fit
 
-    def fit(self, est, kernel, X, codes, n_classes, device, dtype):
+    @classmethod
+    def plan(cls, context, kernel, n, d, n_targets=1):
+        """The unfitted mode (its memory is checked by :meth:`fit`, once the binary
+        problems are known)."""
+        return cls()
+
+    def fit(self, context, kernel, data):
         """Fit every binary problem's Laplace approximation (and its ``theta``) on the
-        validated ``X`` with class codes ``codes``; ``kernel`` is a clone ``est`` owns."""
-        self.link, self.max_iter_predict = est.link, est.max_iter_predict
-        self.warm_start, self.batch_size = est.warm_start, est.batch_size
-        self.multi_class, self.n_classes = est.multi_class, n_classes
-        structured = est._structured()
+        validated ``X`` with the class codes ``data.Y``."""
+        params, device, dtype = context.params, context.device, context.dtype
+        X, codes, n_classes = data.X, data.Y, data.n_classes
+        self.link, self.max_iter_predict = params.link, params.max_iter_predict
+        self.warm_start, self.batch_size = params.warm_start, params.batch_size
+        self.multi_class, self.n_classes = params.multi_class, n_classes
+        structured = context.structured
         torch_kernel = TorchKernel(kernel)
-        groups = problem_groups(codes, n_classes, est.multi_class)
-        check_fit_memory(est.optimizer, groups, len(codes), dtype, device)
+        groups = problem_groups(codes, n_classes, params.multi_class)
+        check_fit_memory(params.optimizer, groups, len(codes), dtype, device)
         X_t = (ObjectRows.of(np.copy(X), dtype, device) if structured
-               else est._as_tensor(X, device, dtype))
+               else context.as_tensor(X, device, dtype))
         problems = []
         for rows, labels in groups:
             index = rows if structured or rows is None else torch.as_tensor(rows,
                                                                             device=device)
             Xg = X_t if rows is None else X_t[index]
-            Y = est._as_tensor(np.stack(labels).astype(np.float64), device, dtype)
+            Y = context.as_tensor(np.stack(labels).astype(np.float64), device, dtype)
             problems.append(LaplaceProblems(torch_kernel, Xg, Y, self.link,
                                             self.max_iter_predict, self.warm_start))
         n_problems = sum(p.n_problems for p in problems)
-        starts = restart_thetas(est, kernel, n_problems)
+        starts = restart_thetas(params, kernel, n_problems)
         history = []
-        thetas, lmls = optimise(est, problems, kernel, starts, history)
+        thetas, lmls = optimise(params, problems, kernel, starts, history)
         kernels = [kernel.clone_with_theta(theta) for theta in thetas]
         for k in kernels:
-            if est.optimizer is not None and kernel.n_dims > 0:
+            if params.optimizer is not None and kernel.n_dims > 0:
                 k._check_bounds_params()
         theta_t = torch.as_tensor(np.asarray(thetas, dtype=np.float64).reshape(n_problems, -1),
                                   dtype=dtype, device=device)
@@ -125,29 +133,29 @@ class LaplaceMode(Mode):
         self.kernel, self.theta = torch_kernel, theta_t
         self.groups = [(p.X, p.Y, mode) for p, mode in zip(problems, modes)]
         self.shift = None if structured else X_t.mean(0)
-        self.seed = draw_seed(check_random_state(est.random_state))
+        self.seed = draw_seed(check_random_state(params.random_state))
         return self
 
-    def attributes(self, est):
+    def attributes(self):
         """The public fitted attributes: ``kernel_`` (a ``CompoundKernel`` of one kernel
-        per problem for several), the lml, the optimizer's history, ``base_estimator_``."""
+        per problem for several), the lml and the optimizer's history."""
         return {"kernel_": (self.kernels[0] if len(self.kernels) == 1
                             else CompoundKernel(self.kernels)),
                 "log_marginal_likelihood_value_": self.lml,
                 "objective_history_": list(self.history),
-                "n_iter_": len(self.history),
-                "base_estimator_": self._views(est)}
+                "n_iter_": len(self.history)}
 
-    def _views(self, est):
-        classes = est.classes_
+    def views(self, owner, classes):
+        """``base_estimator_``: read-only views of each binary problem of the fitted
+        classifier ``owner`` with labels ``classes``."""
         if self.n_classes == 2:
-            return LaplaceBinaryView(est, 0, classes)
+            return LaplaceBinaryView(owner, 0, classes)
         if self.multi_class == "one_vs_rest":
-            views = [LaplaceBinaryView(est, c, [0, 1]) for c in range(self.n_classes)]
+            views = [LaplaceBinaryView(owner, c, [0, 1]) for c in range(self.n_classes)]
         else:
             # OneVsOneClassifier encodes each pair's labels 0 (first class) and 1
             n_pairs = self.n_classes * (self.n_classes - 1) // 2
-            views = [LaplaceBinaryView(est, k, [0, 1]) for k in range(n_pairs)]
+            views = [LaplaceBinaryView(owner, k, [0, 1]) for k in range(n_pairs)]
         return LaplaceEnsembleView(self.multi_class, views, classes)
 
     def problem_state(self, problem, name):
@@ -311,7 +319,7 @@ class LaplaceMode(Mode):
             offset += Y_g.shape[0]
         raise IndexError(problem)
 
-    def log_marginal_likelihood(self, est, theta, eval_gradient, clone_kernel=True):
+    def log_marginal_likelihood(self, context, theta, eval_gradient=False, clone_kernel=True):
         """The approximate lml at ``theta`` (float64 array): one problem's, or the mean
         over the problems of one kernel's theta (or of the ``CompoundKernel``'s, problem
         by problem); ``clone_kernel=False`` sets the fitted kernels' theta."""

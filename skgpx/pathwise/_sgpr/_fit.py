@@ -76,7 +76,7 @@ def svgp_adam(kernel, theta0, Z0, X, Y, alpha, *, bounds, learn_Z, max_iter, lea
     return theta.detach(), Z.detach(), history
 
 
-def negative_bound(est, torch_kernel, rows, Z, packing):
+def negative_bound(params, torch_kernel, rows, Z, packing):
     """``value_and_grad(x, eval_gradient=True)``: the negative collapsed bound on
     ``rows`` and its gradient at the packed ``x``."""
     device, dtype = Z.device, Z.dtype
@@ -84,9 +84,9 @@ def negative_bound(est, torch_kernel, rows, Z, packing):
     def value_and_grad(x, eval_gradient=True):
         theta, Z_x = packing.unpack(x, Z, device, dtype)
         elbo, g_theta, g_Z = elbo_value_and_grad(
-            torch_kernel, theta, Z_x, rows, jitter=est.jitter,
-            batch_size=est.batch_size, grad_theta=eval_gradient,
-            grad_Z=eval_gradient and est.optimize_inducing)
+            torch_kernel, theta, Z_x, rows, jitter=params.jitter,
+            batch_size=params.batch_size, grad_theta=eval_gradient,
+            grad_Z=eval_gradient and params.optimize_inducing)
         if not eval_gradient:
             return -elbo
         grad = [g_theta.cpu().numpy()] + ([g_Z.cpu().numpy().ravel()] if g_Z is not None
@@ -96,23 +96,23 @@ def negative_bound(est, torch_kernel, rows, Z, packing):
     return value_and_grad
 
 
-def optimize_sparse(est, torch_kernel, rows, Z, rng, history):
+def optimize_sparse(params, torch_kernel, rows, Z, rng, history):
     """Maximise the collapsed bound over theta (and Z); returns (theta, Z).
 
     ``rows``: the training rows (``_sparse.Rows`` or ``skgpx.distributed.DaskRows``).
     """
     device, dtype = Z.device, Z.dtype
-    packing = ThetaZPacking(torch_kernel.bounds, Z.shape, est.optimize_inducing)
-    starts = [packing.pack(theta, Z) for theta in restart_points(est, torch_kernel, rng)]
-    if est.optimizer == "adam" and est.minibatch_size is not None:
-        return _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history)
+    packing = ThetaZPacking(torch_kernel.bounds, Z.shape, params.optimize_inducing)
+    starts = [packing.pack(theta, Z) for theta in restart_points(params, torch_kernel, rng)]
+    if params.optimizer == "adam" and params.minibatch_size is not None:
+        return _svgp_runs(params, torch_kernel, rows, Z, starts, packing, rng, history)
 
-    value_and_grad = negative_bound(est, torch_kernel, rows, Z, packing)
-    if est.optimizer == "fmin_l_bfgs_b" and isinstance(rows, Rows):
-        sizes = presolve_sizes(rows.X.shape[0], est.presolve_rows)
+    value_and_grad = negative_bound(params, torch_kernel, rows, Z, packing)
+    if params.optimizer == "fmin_l_bfgs_b" and isinstance(rows, Rows):
+        sizes = presolve_sizes(rows.X.shape[0], params.presolve_rows)
         if sizes:
-            starts = presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng)
-    x, _ = run_optimizer(est, value_and_grad, starts, packing.bounds, history,
+            starts = presolved_starts(params, torch_kernel, rows, Z, starts, packing, sizes, rng)
+    x, _ = run_optimizer(params, value_and_grad, starts, packing.bounds, history,
                          n_rows=rows.X.shape[0])
     _, Z_opt = packing.unpack(x, Z, device, dtype)
     return np.asarray(x[: packing.n_theta], dtype=np.float64), Z_opt
@@ -138,7 +138,7 @@ def presolve_sizes(n, presolve_rows):
     return sizes
 
 
-def presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng):
+def presolved_starts(params, torch_kernel, rows, Z, starts, packing, sizes, rng):
     """Each start moved to the optimum of the bound on random row subsets.
 
     L-BFGS-B runs on nested random subsets of ``sizes`` rows (smallest first, each
@@ -153,28 +153,28 @@ def presolved_starts(est, torch_kernel, rows, Z, starts, packing, sizes, rng):
                              device=rows.X.device)
     X, Y, alpha = rows.X[picked], rows.Y[picked], rows.alpha[picked]
     subsets = [Rows(X[:size], Y[:size], alpha[:size]) for size in sizes]
-    bounds = [negative_bound(est, torch_kernel, subset, Z, packing) for subset in subsets]
+    bounds = [negative_bound(params, torch_kernel, subset, Z, packing) for subset in subsets]
     moved = []
-    with progress_bar(est.verbose, f"PathwiseGPSampler presolve on {sizes} rows",
+    with progress_bar(params.verbose, f"PathwiseGPSampler presolve on {sizes} rows",
                       total=None) as bar:
         for x in starts:
             for subset, bound in zip(subsets, bounds):
                 with warnings.catch_warnings():
                     # the fit on all rows warns if it does not converge
                     warnings.simplefilter("ignore", ConvergenceWarning)
-                    x, _ = lbfgs(bound, x, packing.bounds, est.max_iter,
+                    x, _ = lbfgs(bound, x, packing.bounds, params.max_iter,
                                  on_step=lambda: bar.update(1), n_rows=subset.X.shape[0])
             moved.append(x)
     return moved
 
 
-def _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history):
+def _svgp_runs(params, torch_kernel, rows, Z, starts, packing, rng, history):
     """Adam on mini-batches of the uncollapsed bound, best run by the collapsed bound."""
     X, Y, alpha = rows.X, rows.Y, rows.alpha  # mini-batches index rows held here
     device, dtype = X.device, X.dtype
     best = None
-    with progress_bar(est.verbose, "PathwiseGPSampler fit",
-                      total=est.max_iter * len(starts)) as bar:
+    with progress_bar(params.verbose, "PathwiseGPSampler fit",
+                      total=params.max_iter * len(starts)) as bar:
         for run, x0 in enumerate(starts):
             theta0, Z0 = packing.unpack(x0, Z, device, dtype)
 
@@ -185,14 +185,14 @@ def _svgp_runs(est, torch_kernel, rows, Z, starts, packing, rng, history):
 
             theta, Z_run, _ = svgp_adam(
                 torch_kernel, theta0, Z0, X, Y, alpha, bounds=torch_kernel.bounds,
-                learn_Z=est.optimize_inducing, max_iter=est.max_iter,
-                learning_rate=est.learning_rate, minibatch_size=est.minibatch_size,
-                jitter=est.jitter, generator=cpu_generator(draw_seed(rng)),
+                learn_Z=params.optimize_inducing, max_iter=params.max_iter,
+                learning_rate=params.learning_rate, minibatch_size=params.minibatch_size,
+                jitter=params.jitter, generator=cpu_generator(draw_seed(rng)),
                 on_step=on_step)
             elbo, _, _ = elbo_value_and_grad(torch_kernel, theta, Z_run, rows,
-                                             jitter=est.jitter, batch_size=est.batch_size,
+                                             jitter=params.jitter, batch_size=params.batch_size,
                                              grad_theta=False)
-            if est.verbose >= 2:
+            if params.verbose >= 2:
                 bar.write(f"run {run}: collapsed bound {elbo:.6g}", file=sys.stderr)
             if best is None or elbo > best[0]:
                 best = (elbo, theta.cpu().numpy().astype(np.float64), Z_run)

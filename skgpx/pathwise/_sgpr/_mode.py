@@ -19,14 +19,14 @@ from ..._dask import DaskRows, is_dask_collection
 from ..._inducing._points import initial_inducing_points
 from ..._inducing._rows import Rows
 from ...kernels import TorchKernel, split_white_noise
-from .._modes import Mode, with_theta
+from .._interface import RegressionMode, with_theta
 from ._bound import elbo_value_and_grad
 from ._fit import optimize_sparse
 from ._posterior import check_sparse_noise, fit_factors, predictive_cov, predictive_mean_var
 
 
 @dataclass
-class SGPRMode(Mode):
+class SGPRMode(RegressionMode):
     """Inducing inputs ``Z`` and the optimal ``q(u)`` (``SparseFactors``)."""
 
     factors: object = None  # SparseFactors
@@ -37,65 +37,69 @@ class SGPRMode(Mode):
     dask_noise: np.ndarray = None  # () float64 alpha + white noise of Dask rows
 
     @classmethod
-    def plan(cls, est, kernel, n, d, device):
+    def plan(cls, context, kernel, n, d, n_targets=1):
         """Refuses what sparse mode cannot run, before any work: the weight-space
         baseline, and factors and row chunks that cannot fit in memory."""
-        if est.method == "weight_space":
+        params, device = context.params, context.device
+        if params.method == "weight_space":
             raise ValueError("method='weight_space' is a baseline of the exact GP; "
                              "unset n_inducing and inducing_points to use it.")
-        itemsize = 4 if est.dtype == "float32" else 8
-        m = min(est.n_inducing or len(est.inducing_points), n)
-        chunk = rows_per_chunk(est.batch_size, 4 * m, device)
+        itemsize = 4 if params.dtype == "float32" else 8
+        m = min(params.n_inducing or len(params.inducing_points), n)
+        chunk = rows_per_chunk(params.batch_size, 4 * m, device)
         check_memory(itemsize * (8 * m * m + 6 * chunk * m + n * (d + 4)),
                      what=f"Sparse mode with {m} inducing points on {n} rows",
                      way_out="use fewer inducing points (n_inducing)", device=device)
         return cls()
 
     @staticmethod
-    def check_dask_options(est):
+    def check_dask_options(params):
         """Refuses what fits on Dask collections cannot do (``skgpx._dask.DaskRows``
         serves the bound's sums over rows, with one noise level, and nothing else)."""
-        if est.inducing_points is None and est.n_inducing is None:
+        if params.inducing_points is None and params.n_inducing is None:
             raise ValueError(
                 "Fitting on Dask collections needs sparse mode: set n_inducing (say 512) "
                 "or inducing_points. The exact GP needs the n x n kernel matrix in one "
                 "process; call fit on in-memory arrays for it.")
-        if np.ndim(est.alpha) != 0:
+        if np.ndim(params.alpha) != 0:
             raise ValueError("Fitting on Dask collections takes a scalar alpha; put "
                              "per-row noise into a WhiteKernel or fit in memory.")
-        if est.optimizer == "adam" and est.likelihood != "gaussian":
-            raise ValueError(f"likelihood={est.likelihood!r} with optimizer='adam' takes "
+        if params.optimizer == "adam" and params.likelihood != "gaussian":
+            raise ValueError(f"likelihood={params.likelihood!r} with optimizer='adam' takes "
                              "mini-batches of rows in memory; on Dask collections use the "
                              "default optimizer='fmin_l_bfgs_b', whose full-data passes are "
                              "sums over the blocks.")
-        if est.optimizer == "adam" and est.minibatch_size is not None:
+        if params.optimizer == "adam" and params.minibatch_size is not None:
             raise ValueError("minibatch_size (SVGP mini-batches) needs in-memory data; on "
                              "Dask collections use optimizer='adam' with minibatch_size=None "
                              "or the default L-BFGS-B, which take two passes per step.")
 
-    def fit(self, est, kernel, X, Y, noise, rng, history, device, dtype, shift=None):
+    def fit(self, context, kernel, data):
         """Fit on ``X``, ``Y`` (n, T): numpy arrays with per-row ``noise`` (alpha), or
         Dask collections with a scalar ``noise`` and the column means ``shift`` of X."""
-        Z = est._as_tensor(initial_inducing(est, X, rng), device, dtype)
+        params, device, dtype = context.params, context.device, context.dtype
+        X, Y, noise, shift = data.X, data.Y, data.noise, data.shift
+        rng, history = context.rng, context.history
+        Z = context.as_tensor(initial_inducing(params, X, rng), device, dtype)
         if is_dask_collection(X):
             rows = DaskRows(X, Y, noise, dtype, device)
             self.dask_rows = (X, Y, float(noise))
             noise_min = float(noise)
         else:
-            rows = Rows(*(est._as_tensor(a, device, dtype) for a in (X, Y, noise)))
+            rows = Rows(*(context.as_tensor(a, device, dtype) for a in (X, Y, noise)))
             self.X, self.Y = rows.X, rows.Y
             noise_min = float(np.min(noise))
         torch_kernel = TorchKernel(kernel)
         _, white = split_white_noise(kernel)
         check_sparse_noise(noise_min + white, white > 0)
-        fitting = est.optimizer is not None and (torch_kernel.n_dims > 0
-                                                 or est.optimize_inducing)
+        fitting = params.optimizer is not None and (torch_kernel.n_dims > 0
+                                                    or params.optimize_inducing)
         if fitting:
-            theta, Z = optimize_sparse(est, torch_kernel, rows, Z, rng, history)
+            theta, Z = optimize_sparse(params, torch_kernel, rows, Z, rng, history)
             kernel, torch_kernel = with_theta(kernel, theta)
         theta = torch_kernel.theta_tensor(device, dtype)
-        self.lml, self.factors = fit_factors(torch_kernel, theta, Z, rows, jitter=est.jitter,
-                                             batch_size=est.batch_size)
+        self.lml, self.factors = fit_factors(torch_kernel, theta, Z, rows, jitter=params.jitter,
+                                             batch_size=params.batch_size)
         if not fitting:
             history.append(-self.lml)
         _, white = split_white_noise(kernel)  # at the fitted hyperparameters
@@ -105,8 +109,8 @@ class SGPRMode(Mode):
             self.shift = rows.X.mean(0)  # the random features' centre
         else:
             self.dask_noise = np.asarray(float(noise) + white)
-            self.noise_var = est._as_tensor(self.dask_noise, device, dtype)
-            self.shift = est._as_tensor(shift, device, dtype)
+            self.noise_var = context.as_tensor(self.dask_noise, device, dtype)
+            self.shift = context.as_tensor(shift, device, dtype)
         return kernel
 
     def rows(self, dtype, device):
@@ -138,22 +142,23 @@ class SGPRMode(Mode):
     def _posterior_fields(self):
         return dict(X=self.X, Y=self.Y, inducing=self.factors, noise_var=self.noise_var)
 
-    def log_marginal_likelihood(self, est, theta, eval_gradient):
+    def log_marginal_likelihood(self, context, theta, eval_gradient=False, clone_kernel=True):
+        params = context.params
         rows = self.rows(theta.dtype, theta.device)
         elbo, grad, _ = elbo_value_and_grad(
-            self.kernel, theta, self.factors.Z, rows, jitter=est.jitter,
-            batch_size=est.batch_size, grad_theta=eval_gradient)
+            self.kernel, theta, self.factors.Z, rows, jitter=params.jitter,
+            batch_size=params.batch_size, grad_theta=eval_gradient)
         if not eval_gradient:
             return elbo
         return elbo, grad.detach().cpu().numpy().astype(np.float64)
 
 
-def initial_inducing(est, X, rng):
-    """The starting inducing inputs: ``est.inducing_points`` checked against X, or
-    ``est.n_inducing`` rows of X (``initial_inducing_points``)."""
-    if est.inducing_points is None:
-        return initial_inducing_points(X, est.n_inducing, rng)
-    Z = check_array(est.inducing_points, dtype=np.float64, input_name="inducing_points")
+def initial_inducing(params, X, rng):
+    """The starting inducing inputs: ``params.inducing_points`` checked against X, or
+    ``params.n_inducing`` rows of X (``initial_inducing_points``)."""
+    if params.inducing_points is None:
+        return initial_inducing_points(X, params.n_inducing, rng)
+    Z = check_array(params.inducing_points, dtype=np.float64, input_name="inducing_points")
     if Z.shape[1] != X.shape[1]:
         raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has "
                          f"{X.shape[1]}; give an array of shape (m, {X.shape[1]}).")

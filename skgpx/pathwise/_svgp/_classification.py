@@ -20,12 +20,13 @@ from sklearn.base import clone
 from sklearn.utils import check_array, check_random_state
 
 from ..._base import check_memory, draw_seed, rows_per_chunk, to_numpy, to_probabilities
+from ..._dask import is_dask_collection
 from ..._inducing._points import initial_inducing_points
 from ..._inducing._rows import Rows
 from ...kernels import TorchKernel
 from .._laplace._draws import link_probabilities
 from .._likelihoods._classification import Bernoulli, Softmax
-from .._modes import Mode
+from .._interface import ClassificationMode
 from ._engine import SVGPEngine
 
 # optimizer="auto" trains the sparse mode by mini-batches above this many training rows.
@@ -39,24 +40,24 @@ from ._engine import SVGPEngine
 AUTO_MINIBATCH_ROWS = 10_000
 
 
-def is_sparse(est):
-    """Whether ``est`` asks for the sparse mode (``n_inducing`` or ``inducing_points``)."""
-    return est.n_inducing is not None or est.inducing_points is not None
+def is_sparse(params):
+    """Whether ``params`` asks for the sparse mode (``n_inducing`` or ``inducing_points``)."""
+    return params.n_inducing is not None or params.inducing_points is not None
 
 
-def check_sparse_options(est, structured):
+def check_sparse_options(params, structured):
     """Refuse, before any work, what the sparse mode cannot do."""
-    if est.n_inducing is not None and est.inducing_points is not None:
+    if params.n_inducing is not None and params.inducing_points is not None:
         raise ValueError("Set at most one of inducing_points and n_inducing; got both.")
     if structured:
-        raise ValueError(f"The kernel {est.kernel} takes structured inputs "
+        raise ValueError(f"The kernel {params.kernel} takes structured inputs "
                          "(requires_vector_input=False): the sparse mode needs inducing "
                          "points in a vector space; unset n_inducing and inducing_points.")
-    if est.multi_class == "one_vs_one":
+    if params.multi_class == "one_vs_one":
         raise ValueError("multi_class='one_vs_one' is an exact-mode option (as scikit-learn,"
                          " without probabilities); the sparse mode offers 'one_vs_rest' and "
                          "'softmax'.")
-    if est.warm_start:
+    if params.warm_start:
         raise ValueError("warm_start (the Newton search's cached mode) is an exact-mode "
                          "option; unset it in the sparse mode.")
 
@@ -80,22 +81,22 @@ def encode_latents(codes, n_classes, multi_class):
     return one_hot, multi_class
 
 
-def _inducing_inputs(est, X, rng):
-    if est.inducing_points is None:
-        return initial_inducing_points(X, est.n_inducing, rng)
-    Z = check_array(est.inducing_points, dtype=np.float64, input_name="inducing_points")
+def _inducing_inputs(params, X, rng):
+    if params.inducing_points is None:
+        return initial_inducing_points(X, params.n_inducing, rng)
+    Z = check_array(params.inducing_points, dtype=np.float64, input_name="inducing_points")
     if Z.shape[1] != X.shape[1]:
         raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has {X.shape[1]};"
                          f" give an array of shape (m, {X.shape[1]}).")
     return np.array(Z)
 
 
-def check_sparse_memory(est, n, d, n_latent, dtype, device, rows_here=True):
+def check_sparse_memory(params, n, d, n_latent, dtype, device, rows_here=True):
     """Refuse a sparse fit whose buffers cannot fit: O(L m^2 + chunk m + n d), not O(n m)
     (without the ``n d`` when the rows stay on Dask workers)."""
-    m = min(est.n_inducing or len(est.inducing_points), n)
+    m = min(params.n_inducing or len(params.inducing_points), n)
     itemsize = 4 if dtype == "float32" else 8
-    chunk = min(rows_per_chunk(est.batch_size, 4 * m * n_latent, device), n)
+    chunk = min(rows_per_chunk(params.batch_size, 4 * m * n_latent, device), n)
     check_memory(itemsize * (10 * m * m * n_latent + 6 * chunk * m * n_latent
                              + rows_here * n * (d + n_latent)),
                  what=f"PathwiseGPClassifier (sparse mode) with {m} inducing points and "
@@ -104,23 +105,23 @@ def check_sparse_memory(est, n, d, n_latent, dtype, device, rows_here=True):
                  device=device)
 
 
-def restart_kernels(est, kernel, rng):
+def restart_kernels(params, kernel, rng):
     """The kernels each fit starts from: ``kernel``, then ``n_restarts_optimizer`` thetas
     drawn log-uniformly within the bounds (as scikit-learn's restarts)."""
     kernels = [kernel]
-    if est.optimizer is None or kernel.n_dims == 0 or not est.n_restarts_optimizer:
+    if params.optimizer is None or kernel.n_dims == 0 or not params.n_restarts_optimizer:
         return kernels
     bounds = kernel.bounds
     if not np.isfinite(bounds).all():
         raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) requires that "
                          "all bounds are finite.")
-    for _ in range(est.n_restarts_optimizer):
+    for _ in range(params.n_restarts_optimizer):
         kernels.append(kernel.clone_with_theta(rng.uniform(bounds[:, 0], bounds[:, 1])))
     return kernels
 
 
 @dataclass
-class SVGPClassificationMode(Mode):
+class SVGPClassificationMode(ClassificationMode):
     """The fitted :class:`~skgpx.pathwise._svgp._engine.SVGPEngine` with the best bound over
     the restarts, answering as the classifier's modes do (``_engine``)."""
 
@@ -133,63 +134,77 @@ class SVGPClassificationMode(Mode):
     link: str = "logit"
     seed: int = 0  # prediction seed drawn after the fit
 
-    def fit(self, est, kernel, X, codes, n_classes, device, dtype):
-        """Fit the SVGP engine on in-memory rows from each restart's kernel; keep the best
-        bound."""
-        rng = check_random_state(est.random_state)
-        Y, multi_class = encode_latents(codes, n_classes, est.multi_class)
-        check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device)
-        Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
-        X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
+    @classmethod
+    def plan(cls, context, kernel, n, d, n_targets=1):
+        """The unfitted mode (its memory is checked by :meth:`fit`, once the latent
+        problems are known)."""
+        return cls()
+
+    def fit(self, context, kernel, data):
+        """Fit the SVGP engine from each restart's kernel and keep the best bound: on
+        in-memory rows (``data.Y``: the class codes), or on Dask arrays."""
+        params, device, dtype = context.params, context.device, context.dtype
+        if is_dask_collection(data.X):
+            return self._fit_dask(context, kernel, data)
+        X, codes, n_classes = data.X, data.Y, data.n_classes
+        rng = check_random_state(params.random_state)
+        Y, multi_class = encode_latents(codes, n_classes, params.multi_class)
+        check_sparse_memory(params, X.shape[0], X.shape[1], Y.shape[1], params.dtype, device)
+        Z0 = context.as_tensor(_inducing_inputs(params, X, rng), device, dtype)
+        X_t, Y_t = context.as_tensor(X, device, dtype), context.as_tensor(Y, device, dtype)
         rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
         self.codes = codes
-        self.optimizer = resolve_optimizer(est.optimizer, X.shape[0])
-        return self._fit_rows(est, kernel, rows, Z0, X_t.mean(0), n_classes, multi_class, rng)
+        self.optimizer = resolve_optimizer(params.optimizer, X.shape[0])
+        return self._fit_rows(params, kernel, rows, Z0, X_t.mean(0), n_classes, multi_class, rng)
 
-    def fit_dask(self, est, kernel, X, Y, x_mean, n_classes, device, dtype):
-        """Fit on Dask arrays (``skgpx._dask.dask_class_labels``): every pass over the rows
-        is a sum over their blocks, computed where the blocks are (``DaskRows``)."""
+    def _fit_dask(self, context, kernel, data):
+        """Fit on Dask arrays (``data.Y``: the label matrix of
+        ``skgpx._dask.dask_class_labels``, ``data.shift``: the column means of X): every
+        pass over the rows is a sum over their blocks, computed where the blocks are
+        (``DaskRows``)."""
         from ..._dask import DaskRows
 
-        if est.optimizer == "adam":
+        params, device, dtype = context.params, context.device, context.dtype
+        X, Y, x_mean, n_classes = data.X, data.Y, data.shift, data.n_classes
+        if params.optimizer == "adam":
             raise ValueError("optimizer='adam' (mini-batches) needs the rows in memory; on "
                              "Dask arrays use optimizer='fmin_l_bfgs_b' (or the default 'auto'),"
                              " whose full-data passes are sums over the blocks.")
-        rng = check_random_state(est.random_state)
-        multi_class = "binary" if n_classes == 2 else est.multi_class
-        check_sparse_memory(est, X.shape[0], X.shape[1], Y.shape[1], est.dtype, device,
+        rng = check_random_state(params.random_state)
+        multi_class = "binary" if n_classes == 2 else params.multi_class
+        check_sparse_memory(params, X.shape[0], X.shape[1], Y.shape[1], params.dtype, device,
                             rows_here=False)
-        Z0 = est._as_tensor(_inducing_inputs(est, X, rng), device, dtype)
+        Z0 = context.as_tensor(_inducing_inputs(params, X, rng), device, dtype)
         self.dask_labels = Y
-        self.optimizer = resolve_optimizer(est.optimizer, X.shape[0], in_memory=False)
+        self.optimizer = resolve_optimizer(params.optimizer, X.shape[0], in_memory=False)
         rows = DaskRows(X, Y, 0.0, dtype, device)
-        shift = est._as_tensor(x_mean, device, dtype)
-        return self._fit_rows(est, kernel, rows, Z0, shift, n_classes, multi_class, rng)
+        shift = context.as_tensor(x_mean, device, dtype)
+        return self._fit_rows(params, kernel, rows, Z0, shift, n_classes, multi_class, rng)
 
-    def _fit_rows(self, est, kernel, rows, Z0, shift, n_classes, multi_class, rng):
+    def _fit_rows(self, params, kernel, rows, Z0, shift, n_classes, multi_class, rng):
         if multi_class == "softmax":
-            likelihood = Softmax(est.n_mc_samples, seed=int(rng.randint(2**31 - 1)))
+            likelihood = Softmax(params.n_mc_samples, seed=int(rng.randint(2**31 - 1)))
         else:
-            likelihood = Bernoulli(est.link, est.n_quadrature)
+            likelihood = Bernoulli(params.link, params.n_quadrature)
         best = None
-        for start in restart_kernels(est, kernel, rng):
+        for start in restart_kernels(params, kernel, rng):
             svgp = SVGPEngine(
                 clone(start), likelihood, multi_class=multi_class, optimizer=self.optimizer,
-                max_iter=est.max_iter, tol=est.tol, learning_rate=est.learning_rate,
-                natgrad_step=est.natgrad_step, minibatch_size=est.minibatch_size,
-                optimize_inducing=est.optimize_inducing, jitter=est.jitter,
-                batch_size=est.batch_size, verbose=est.verbose)
+                max_iter=params.max_iter, tol=params.tol, learning_rate=params.learning_rate,
+                natgrad_step=params.natgrad_step, minibatch_size=params.minibatch_size,
+                optimize_inducing=params.optimize_inducing, jitter=params.jitter,
+                batch_size=params.batch_size, verbose=params.verbose)
             svgp.fit(rows, Z0, rng)
             if best is None or svgp.elbo > best.elbo:
                 best = svgp
         self.svgp, self.n_classes = best, n_classes
-        self.multi_class, self.link = est.multi_class, est.link
+        self.multi_class, self.link = params.multi_class, params.link
         self.kernel, self.theta, self.lml = best.torch_kernel, best.theta, np.float64(best.elbo)
         self.jitter, self.shift = float(best.jitter_), shift
         self.seed = draw_seed(rng)
         return self
 
-    def attributes(self, est):
+    def attributes(self):
         """The public fitted attributes: the kernel, the bound and its history, ``Z``,
         ``q(u)`` and the route taken (``optimizer_``)."""
         svgp = self.svgp
@@ -221,9 +236,9 @@ class SVGPClassificationMode(Mode):
         return link_probabilities(f, self.link, self.n_classes,
                                   softmax=self.svgp.multi_class == "softmax")
 
-    def log_marginal_likelihood(self, est, theta, eval_gradient, clone_kernel=True):
+    def log_marginal_likelihood(self, context, theta, eval_gradient=False, clone_kernel=True):
         """The bound ``ELBO(q, theta)`` at the fitted ``q(u)`` and ``Z`` (and its gradient
-        in theta) on the training rows ``est.X_train_``: at the fitted theta it is
+        in theta) on the training rows ``context.X_train``: at the fitted theta it is
         ``log_marginal_likelihood_value_``.  Computed on a copy of the fitted engine;
         ``clone_kernel=False`` sets ``kernel_.theta``."""
         svgp = copy.copy(self.svgp)
@@ -231,11 +246,11 @@ class SVGPClassificationMode(Mode):
         if self.dask_labels is not None:  # the rows stay where they are
             from ..._dask import DaskRows
 
-            rows = DaskRows(est.X_train_, self.dask_labels, 0.0, Z.dtype, str(Z.device))
+            rows = DaskRows(context.X_train, self.dask_labels, 0.0, Z.dtype, str(Z.device))
         else:
-            X = est._as_tensor(np.asarray(est.X_train_, dtype=np.float64), Z.device, Z.dtype)
+            X = context.as_tensor(np.asarray(context.X_train, dtype=np.float64), Z.device, Z.dtype)
             Y, _ = encode_latents(self.codes, self.n_classes, self.multi_class)
-            rows = Rows(X, est._as_tensor(Y, Z.device, Z.dtype), X.new_zeros(X.shape[0]))
+            rows = Rows(X, context.as_tensor(Y, Z.device, Z.dtype), X.new_zeros(X.shape[0]))
         theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64), dtype=Z.dtype,
                                   device=Z.device)
         if theta_t.shape != svgp.theta.shape:

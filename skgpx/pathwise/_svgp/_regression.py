@@ -40,7 +40,7 @@ from ..._inducing._rows import Rows
 from ...kernels import split_white_noise
 from .._draws._posterior import draw_functions
 from .._likelihoods._regression import NOISE_RANGE, SCALE_RANGE, HeteroscedasticGaussian, StudentT
-from .._modes import Mode
+from .._interface import RegressionMode
 from .._sgpr._mode import initial_inducing
 from ._classification import restart_kernels
 from ._engine import SVGPEngine
@@ -78,23 +78,23 @@ def _spread_range(likelihood):
     return 2.0 * low, 2.0 * high
 
 
-def check_target_spread(est, Y):
+def check_target_spread(params, Y):
     """ValueError, before any torch work, for targets whose spread the likelihood's noise
     cannot follow: its noise parameters are bounded in the units ``y`` is fitted in
     (normalised with ``normalize_y``), so targets whose spread lies below the smallest
     noise or far above the largest are a matter of units, and the message says which
     rescaling fits them."""
     spread = robust_scale(Y)
-    low, high = _spread_range(est.likelihood)
+    low, high = _spread_range(params.likelihood)
     if low <= spread <= high:
         return spread
     where = "below" if spread < low else "above"
-    head = (f"likelihood={est.likelihood!r} cannot fit these targets: their spread "
+    head = (f"likelihood={params.likelihood!r} cannot fit these targets: their spread "
             f"(1.4826 x median absolute deviation) is {spread:.3g} in the units they are "
             f"fitted in, {where} the range [{low:g}, {high:g}] that its noise "
             "model covers (the noise starts at half the spread and is bounded there). ")
     std = float(np.std(np.asarray(Y, dtype=np.float64), axis=0).max())
-    if not est.normalize_y:
+    if not params.normalize_y:
         fix = ("Set normalize_y=True to fit y in units of its standard deviation, or "
                "divide y by a constant (for example its standard deviation) before fitting.")
     elif std < 0.5:  # normalize_y left the columns as they were
@@ -110,19 +110,19 @@ def check_target_spread(est, Y):
     raise ValueError(head + fix)
 
 
-def make_likelihood(est, Y):
-    """The likelihood of ``est.likelihood`` at its starting values for the targets ``Y``:
+def make_likelihood(params, Y):
+    """The likelihood of ``params.likelihood`` at its starting values for the targets ``Y``:
     a noise scale of half the targets' robust spread (the latent functions explain the
     rest), ``nu = 4`` for the Student-t.  ValueError for targets whose spread the noise
     model cannot follow (:func:`check_target_spread`)."""
-    scale = 0.5 * check_target_spread(est, Y)
-    if est.likelihood == "student_t":
-        return StudentT(df=4.0, scale=scale, n_quadrature=est.n_quadrature)
+    scale = 0.5 * check_target_spread(params, Y)
+    if params.likelihood == "student_t":
+        return StudentT(df=4.0, scale=scale, n_quadrature=params.n_quadrature)
     return HeteroscedasticGaussian(log_noise_offset=2.0 * np.log(scale))
 
 
 @dataclass
-class SVGPRegressionMode(Mode):
+class SVGPRegressionMode(RegressionMode):
     """The fitted :class:`~skgpx.pathwise._svgp._engine.SVGPEngine` (best bound over restarts)."""
 
     svgp: SVGPEngine = None
@@ -134,23 +134,24 @@ class SVGPRegressionMode(Mode):
     exact_draws = False  # draws come from q(u), through random features
 
     @classmethod
-    def plan(cls, est, kernel, n, d, device, n_targets=1):
+    def plan(cls, context, kernel, n, d, n_targets=1):
         """Refuses what the variational mode cannot run: structured inputs, the
         weight-space baseline, and buffers that cannot fit in memory."""
+        params, device = context.params, context.device
         if not kernel.requires_vector_input:
             raise ValueError(
-                f"likelihood={est.likelihood!r} needs inducing inputs in a vector space, but "
+                f"likelihood={params.likelihood!r} needs inducing inputs in a vector space, but "
                 f"the kernel {kernel} takes structured inputs; use likelihood='gaussian'.")
-        if est.method == "weight_space":
+        if params.method == "weight_space":
             raise ValueError("method='weight_space' is a baseline of the exact Gaussian GP; "
                              "use method='pathwise' with likelihood="
-                             f"{est.likelihood!r}.")
-        full_rank = est.n_inducing is None and est.inducing_points is None
-        m = n if full_rank else min(est.n_inducing or len(est.inducing_points), n)
-        n_latent = n_targets * (2 if est.likelihood == "heteroscedastic" else 1)
-        itemsize = 4 if est.dtype == "float32" else 8
-        chunk = min(rows_per_chunk(est.batch_size, 4 * m * n_latent, device), n)
-        what = (f"likelihood={est.likelihood!r} on {n} rows "
+                             f"{params.likelihood!r}.")
+        full_rank = params.n_inducing is None and params.inducing_points is None
+        m = n if full_rank else min(params.n_inducing or len(params.inducing_points), n)
+        n_latent = n_targets * (2 if params.likelihood == "heteroscedastic" else 1)
+        itemsize = 4 if params.dtype == "float32" else 8
+        chunk = min(rows_per_chunk(params.batch_size, 4 * m * n_latent, device), n)
+        what = (f"likelihood={params.likelihood!r} on {n} rows "
                 + ("(full rank: the inducing inputs are the rows)" if full_rank
                    else f"with {m} inducing points"))
         check_memory(itemsize * (10 * m * m * n_latent + 6 * chunk * m * n_latent
@@ -160,39 +161,42 @@ class SVGPRegressionMode(Mode):
                      device=device)
         return cls(full_rank=full_rank)
 
-    def fit(self, est, kernel, X, Y, noise, rng, history, device, dtype, shift=None):
+    def fit(self, context, kernel, data):
         """Fit on ``X``, ``Y`` (n, T) (``noise``, the Gaussian ``alpha``, is not used:
         the likelihood carries the noise)."""
+        params, device, dtype = context.params, context.device, context.dtype
+        X, Y, shift, rng, history = data.X, data.Y, data.shift, context.rng, context.history
         self.n_targets = Y.shape[1]
         dask = is_dask_collection(X)
         if dask:
-            likelihood = make_likelihood(est, np.asarray(Y[: min(X.shape[0], 100_000)]))
+            likelihood = make_likelihood(params, np.asarray(Y[: min(X.shape[0], 100_000)]))
             rows = DaskRows(X, Y, 0.0, dtype, device)
             self.dask_rows = (X, Y)
-            Z0 = initial_inducing(est, X, rng)
+            Z0 = initial_inducing(params, X, rng)
         else:
-            likelihood = make_likelihood(est, Y)  # checks the targets before any tensor
-            X_t, Y_t = est._as_tensor(X, device, dtype), est._as_tensor(Y, device, dtype)
+            likelihood = make_likelihood(params, Y)  # checks the targets before any tensor
+            X_t, Y_t = context.as_tensor(X, device, dtype), context.as_tensor(Y, device, dtype)
             rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
             self.X, self.Y = X_t, Y_t
             shift = X_t.mean(0)
-            Z0 = np.asarray(X) if self.full_rank else initial_inducing(est, X, rng)
-        Z0 = est._as_tensor(Z0, device, dtype)
+            Z0 = np.asarray(X) if self.full_rank else initial_inducing(params, X, rng)
+        Z0 = context.as_tensor(Z0, device, dtype)
         groups = None
-        if est.likelihood == "heteroscedastic":
-            noise_kernel = default_noise_kernel() if est.noise_kernel is None else \
-                est.noise_kernel
+        if params.likelihood == "heteroscedastic":
+            noise_kernel = default_noise_kernel() if params.noise_kernel is None else \
+                params.noise_kernel
             groups = [(None, self.n_targets), (clone(noise_kernel), self.n_targets)]
         best = None
-        for start in restart_kernels(est, kernel, rng):
+        for start in restart_kernels(params, kernel, rng):
             svgp = SVGPEngine(
-                clone(start), likelihood, optimizer=est.optimizer, max_iter=est.max_iter,
-                tol=est.tol, learning_rate=est.learning_rate, natgrad_step=est.natgrad_step,
-                minibatch_size=est.minibatch_size or DEFAULT_MINIBATCH,
-                optimize_inducing=est.optimize_inducing and not self.full_rank,
-                jitter=est.jitter, batch_size=est.batch_size, verbose=est.verbose,
-                groups=groups, share_inducing=est.share_inducing,
-                label=f"PathwiseGPSampler fit (likelihood={est.likelihood!r})")
+                clone(start), likelihood, optimizer=params.optimizer,
+                max_iter=params.max_iter, tol=params.tol, learning_rate=params.learning_rate,
+                natgrad_step=params.natgrad_step,
+                minibatch_size=params.minibatch_size or DEFAULT_MINIBATCH,
+                optimize_inducing=params.optimize_inducing and not self.full_rank,
+                jitter=params.jitter, batch_size=params.batch_size, verbose=params.verbose,
+                groups=groups, share_inducing=params.share_inducing,
+                label=f"PathwiseGPSampler fit (likelihood={params.likelihood!r})")
             svgp.fit(rows, Z0, rng)
             if best is None or svgp.elbo > best.elbo:
                 best = svgp
@@ -201,7 +205,7 @@ class SVGPRegressionMode(Mode):
         self.kernel, self.theta = best.torch_kernel, best.theta
         # the jitter of f's K_zz (``jitter_``: what reproduces its factor)
         self.lml, self.jitter = float(best.elbo), float(best.jitters[0])
-        self.shift = est._as_tensor(shift, device, dtype) if dask else shift
+        self.shift = context.as_tensor(shift, device, dtype) if dask else shift
         return best.kernel_
 
     # ------------------------------------------------------------------ predict
@@ -282,7 +286,7 @@ class SVGPRegressionMode(Mode):
             return Rows(self.X, self.Y, self.X.new_zeros(self.X.shape[0]))
         return DaskRows(*self.dask_rows, 0.0, dtype, str(device))
 
-    def log_marginal_likelihood(self, est, theta, eval_gradient):
+    def log_marginal_likelihood(self, context, theta, eval_gradient=False, clone_kernel=True):
         """The bound at the kernel's ``theta`` (the noise model, ``Z`` and ``q`` as
         fitted) and its gradient in ``theta``."""
         svgp = self.svgp
