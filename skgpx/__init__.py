@@ -2,13 +2,12 @@
 
 from ._memory import InsufficientMemoryError
 from ._show_versions import show_versions
+from ._version import __version__
 from .dkp import DeepKernelProcessRegressor
 from .drd import SmoothDRDRegressor
 from .kepsvgp import KEPSVGPClassifier
 from .pathwise import PathwiseFunctions, PathwiseGPClassifier, PathwiseGPSampler
 from .qep import DeepQEPClassifier, DeepQEPRegressor
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DeepKernelProcessRegressor",
