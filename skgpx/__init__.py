@@ -1,6 +1,7 @@
 """skgpx: scikit-learn estimators for Gaussian-process-family methods, on PyTorch."""
 
 from ._memory import InsufficientMemoryError
+from ._pickle_versions import InconsistentVersionWarning
 from ._show_versions import show_versions
 from ._version import __version__
 from .dkp import DeepKernelProcessRegressor
@@ -13,6 +14,7 @@ __all__ = [
     "DeepKernelProcessRegressor",
     "DeepQEPClassifier",
     "DeepQEPRegressor",
+    "InconsistentVersionWarning",
     "InsufficientMemoryError",
     "KEPSVGPClassifier",
     "PathwiseFunctions",
