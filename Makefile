@@ -15,7 +15,8 @@ TEST_ENV := SCIPY_ARRAY_API=1 MKL_CBWR=AUTO,STRICT OMP_NUM_THREADS=1 MKL_NUM_THR
 $(PY):
 	python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
 
-# Reinstall only when the package metadata changed since the last install.
+# Reinstall only when the package metadata changed since the last install (the version is
+# read from skgpx/_version.py, so that an editable install's metadata follows it too).
 # torch is pinned here and nowhere else.
 # pip writes the bytecode of every installed module on one core (70 of the install's 130 s
 # on a clean clone); compileall does the same on every core afterwards (35 s on two). Like
@@ -23,7 +24,7 @@ $(PY):
 # so its exit status is not ours.
 COMPILE := $(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 
-$(VENV)/.installed: pyproject.toml | $(PY)
+$(VENV)/.installed: pyproject.toml skgpx/_version.py | $(PY)
 	$(PIP) install --no-compile torch==2.13.0
 	$(PIP) install --no-compile -e ".[test]"
 	$(COMPILE)

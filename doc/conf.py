@@ -21,8 +21,9 @@ page loads a script from another site.
 import inspect
 import os
 from importlib.metadata import PackageNotFoundError, distribution
-from importlib.metadata import version as _version
 from pathlib import Path
+
+import skgpx
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +35,7 @@ if os.environ.get("SKGPX_DOCS_QUICK", "").strip().lower() not in ("", "0", "fals
 project = "skgpx"
 author = "skgpx developers"
 copyright = "skgpx developers"
-release = _version("skgpx")
+release = skgpx.__version__  # the source tree's, not the metadata of an older editable install
 version = ".".join(release.split(".")[:2])
 
 extensions = [

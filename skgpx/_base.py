@@ -29,6 +29,7 @@ from ._memory import (  # noqa: F401  (re-exported: families import them from he
     available_memory,
     check_memory,
 )
+from ._pickle_versions import add_version, pop_version
 
 __all__ = [
     "HasMethods",
@@ -381,7 +382,8 @@ class TorchEstimatorMixin:
     Place it before :class:`~sklearn.base.BaseEstimator` in the bases so that its
     ``__getstate__``/``__setstate__`` are the ones that run.  Fitted tensors and
     modules stored as instance attributes are moved to the CPU when pickled and
-    back to ``device_`` when loaded; ``device_`` is always a string.
+    back to ``device_`` when loaded; ``device_`` is always a string.  The pickled state
+    records the skgpx version, checked when loaded (``_pickle_versions``).
     """
 
     def _fit_device_dtype(self):
@@ -399,9 +401,10 @@ class TorchEstimatorMixin:
         return torch.tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
 
     def __getstate__(self):
-        return state_to_device(super().__getstate__(), "cpu")
+        return add_version(state_to_device(super().__getstate__(), "cpu"))
 
     def __setstate__(self, state):
+        state = pop_version(state, type(self).__name__)  # warns for another version, refuses 0.1.0
         device = state.get("device_")
         if isinstance(device, str) and device.startswith("cuda"):
             state["device_"] = device = loadable_device(device, type(self).__name__)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from sklearn.base import BaseEstimator
 
+import skgpx
 from skgpx._base import (
     TorchEstimatorMixin,
     check_n_samples,
@@ -78,7 +79,7 @@ def test_pickle_moves_tensors_through_the_cpu():
 def test_cuda_fit_loads_on_cpu_with_a_warning():
     toy = _Toy()
     state = {"device": "auto", "dtype": "float64", "device_": "cuda:0",
-             "_state": torch.arange(3.0)}
+             "_state": torch.arange(3.0), "_skgpx_version": skgpx.__version__}
     if torch.cuda.is_available():
         toy.__setstate__(state)
         assert toy._state.device.type == "cuda"

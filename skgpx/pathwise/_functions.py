@@ -19,6 +19,7 @@ from sklearn.utils import check_array
 from .._base import loadable_device, rows_per_chunk, state_to_device, to_numpy
 from .._buffers import Buffers
 from .._inducing._cross import stationary_cross
+from .._pickle_versions import add_version, pop_version
 
 # Rows of an evaluation block come in multiples of this: every SIMD width and the BLAS
 # register tiles of 4, 8, 12, 16, 24 or 64 doubles divide it, so no vectorised loop has a
@@ -98,9 +99,10 @@ class PathwiseFunctions:
         state = state_to_device(self.__dict__, "cpu")  # feature blocks pickle from the CPU too
         state.pop("_transposed", None)  # a cache, rebuilt on first use
         state["_device"] = str(self.device)
-        return state
+        return add_version(state)
 
     def __setstate__(self, state):
+        state = pop_version(state, type(self).__name__)
         device = loadable_device(state.pop("_device", "cpu"), type(self).__name__)
         self.__dict__.update(state)
         self.to(device)
