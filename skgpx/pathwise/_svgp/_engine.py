@@ -88,12 +88,12 @@ from ..._base import MovableState, progress_bar
 from ..._inducing._collapsed import inducing_cholesky, whitening
 from ..._inducing._rows import Rows
 from ...kernels import TorchKernel
-from ...linalg import NotPositiveDefiniteError, positive_tril_raw
+from ...linalg import NotPositiveDefiniteError
 from .._likelihoods._classification import Softmax
 from ._bound import Groups, WhitenedQ, as_groups, evaluate, marginals, triangular_inverse
 from ._inner import InnerProblem, optimal_q
 from ._lbfgs import INNER_LOOSE, INNER_TOL, PLATEAU_WINDOW, fit_full
-from ._posterior import MomentQ, SVGPPosterior
+from ._posterior import SVGPPosterior
 
 # the warm-up of the natural step size (module docstring)
 NATGRAD_WARMUP = 5
@@ -133,9 +133,6 @@ class SVGPEngine(MovableState):
     max_iter, tol, learning_rate, natgrad_step, minibatch_size, optimize_inducing,
     jitter, batch_size, verbose :
         As ``PathwiseGPClassifier``.
-    q_update : {"natgrad", "adam"}
-        Private: ``"adam"`` moves ``q`` by Adam on its moment parameters instead of
-        natural steps (the benchmark's ablation; ``"adam"`` route only).
     groups : list of (kernel or None, int), default=None
         Latent groups (module docstring): ``None`` is one group of ``rows.Y.shape[1]``
         latents with ``kernel``; else group ``g`` has ``n_g`` latents and its own kernel
@@ -149,14 +146,14 @@ class SVGPEngine(MovableState):
     def __init__(self, kernel, likelihood, *, multi_class="binary", optimizer="adam",
                  max_iter=100, tol=1e-4, learning_rate=0.01, natgrad_step=0.1,
                  minibatch_size=1024, optimize_inducing=True, jitter=1e-8, batch_size=8192,
-                 verbose=0, q_update="natgrad", inner="cached", inner_tol="adaptive",
+                 verbose=0, inner="cached", inner_tol="adaptive",
                  groups=None, share_inducing=True, label="PathwiseGPClassifier fit (sparse)"):
         self.kernel, self.likelihood, self.multi_class = kernel, likelihood, multi_class
         self.optimizer, self.max_iter, self.tol = optimizer, max_iter, tol
         self.learning_rate, self.natgrad_step = learning_rate, natgrad_step
         self.minibatch_size, self.optimize_inducing = minibatch_size, optimize_inducing
         self.jitter, self.batch_size, self.verbose = jitter, batch_size, verbose
-        self.q_update, self.inner, self.inner_tol = q_update, inner, inner_tol
+        self.inner, self.inner_tol = inner, inner_tol
         self.groups, self.share_inducing, self.label = groups, share_inducing, label
         self.inner_passes, self._inner_tol, self._gamma = 0, INNER_TOL, 1.0
 
@@ -274,11 +271,6 @@ class SVGPEngine(MovableState):
         params = ([theta] + ([lik_theta] if lik_theta is not None else [])
                   + ([Z] if self.optimize_inducing else []))
         opt = torch.optim.Adam(params, lr=self.learning_rate) if params else None
-        if self.q_update == "adam":
-            q_mean = self.q.mean.clone().requires_grad_(True)
-            root = torch.linalg.cholesky(self.q.covariance)
-            q_raw = positive_tril_raw(root).clone().requires_grad_(True)
-            q_opt = torch.optim.Adam([q_mean, q_raw], lr=self.learning_rate)
         step, converged = 0, False
         start_time = time.perf_counter()
         for epoch in range(self.max_iter):
@@ -286,10 +278,7 @@ class SVGPEngine(MovableState):
             estimates, sizes = [], []
             for start in range(0, n, b):
                 idx = order[start: start + b]
-                if self.q_update == "adam":
-                    q = MomentQ(q_mean.detach(), q_raw.detach())
-                else:
-                    q = self.q
+                q = self.q
                 self.likelihood_ = self._lik_at(lik_theta)
                 ev = self._objective(Rows(X[idx], Y[idx], alpha[idx]), q, theta, Z, True,
                                      n_total=n)
@@ -299,19 +288,8 @@ class SVGPEngine(MovableState):
                         "a smaller learning_rate or natgrad_step.")
                 estimates.append(ev.elbo)
                 sizes.append(ev.sums.n)
-                if self.q_update == "adam":
-                    q_opt.zero_grad()
-                    moving = MomentQ(q_mean, q_raw)
-                    # E is linear in m and S to first order: dE/dm = r, dE/dS = H
-                    surrogate = -(ev.scale * ((ev.sums.r * q_mean).sum()
-                                              + (ev.sums.H * moving.covariance).sum())
-                                  - moving.kl())
-                    surrogate.backward()
-                    q_opt.step()
-                    self.q = MomentQ(q_mean.detach(), q_raw.detach())
-                else:
-                    gamma = natgrad_schedule(step, self.natgrad_step)
-                    self.q = self._safe_step(ev.sums, ev.scale, gamma)
+                gamma = natgrad_schedule(step, self.natgrad_step)
+                self.q = self._safe_step(ev.sums, ev.scale, gamma)
                 if opt is not None:
                     opt.zero_grad()
                     theta.grad = -ev.grad_theta
@@ -344,8 +322,6 @@ class SVGPEngine(MovableState):
                 f"The sparse variational fit stopped at max_iter={self.max_iter} epochs "
                 f"before its bound levelled off (tol={self.tol}); increase max_iter.",
                 ConvergenceWarning)
-        if self.q_update == "adam":
-            self.q = WhitenedQ.from_moments(self.q.mean, self.q.covariance)
         self.likelihood_ = self._lik_at(lik_theta)
         return theta.detach(), Z.detach()
 
@@ -460,4 +436,4 @@ class SVGPEngine(MovableState):
         return SVGPPosterior(self, shift, n_features_in, squeeze, group)
 
 
-__all__ = ["MomentQ", "NATGRAD_WARMUP", "SVGPEngine", "SVGPPosterior", "natgrad_schedule"]
+__all__ = ["NATGRAD_WARMUP", "SVGPEngine", "SVGPPosterior", "natgrad_schedule"]

@@ -1,30 +1,10 @@
-"""The fitted SVGP's ``q(u)`` as a posterior for pathwise draws, and ``q`` in moment
-parameters (the ``q_update="adam"`` ablation of ``_svgp_fit``)."""
+"""The fitted SVGP's ``q(u)`` as a posterior for pathwise draws."""
 
 import torch
 
-from ..._base import MovableState
 from ...kernels import split_white_noise
-from ...linalg import positive_tril, solve_lower
+from ...linalg import solve_lower
 from .._draws._posterior import TargetStreams
-
-
-class MomentQ(MovableState):
-    """``q(v_c) = N(m_c, R_c R_c^T)`` in moment parameters: the ``q_update="adam"`` ablation
-    (plain Adam on ``q``, as GPyTorch's SVGP), with the interface of ``WhitenedQ``."""
-
-    def __init__(self, mean, raw):
-        self.mean, self.raw = mean, raw
-        self.root = positive_tril(raw)
-        self.covariance = self.root @ self.root.transpose(1, 2)
-        eye = torch.eye(raw.shape[1], dtype=raw.dtype, device=raw.device)
-        self.excess = self.covariance - eye
-
-    def kl(self):
-        m, n_latent = self.mean.shape
-        log_det = 2.0 * torch.log(self.root.diagonal(dim1=1, dim2=2)).sum()
-        return 0.5 * (self.covariance.diagonal(dim1=1, dim2=2).sum()
-                      + (self.mean * self.mean).sum() - m * n_latent - log_det)
 
 
 class SVGPPosterior:
@@ -67,4 +47,4 @@ class SVGPPosterior:
         return out.reshape(m, S, T)
 
 
-__all__ = ["MomentQ", "SVGPPosterior"]
+__all__ = ["SVGPPosterior"]
