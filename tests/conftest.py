@@ -31,9 +31,9 @@ _THREAD_LIMITS = threadpoolctl.threadpool_limits(1)  # kept alive for the whole 
 ONE_CASE_IN_FAST_TIER = {
     # the moment oracles over four stationary kernels (20 000 draws each): a kernel enters
     # only through its random features, whose frequency laws and kernel approximation
-    # tests/pathwise/test_features.py and test_spectra.py check for every one of these
+    # tests/pathwise/draws/test_features.py and draws/test_spectra.py check for every one of these
     # kernels in both tiers; Matern-3/2 (Student-t frequencies) stays
-    ("tests/pathwise/test_moments.py", "name"): ("matern32",),
+    ("tests/pathwise/draws/test_moments.py", "name"): ("matern32",),
     # grid search under Dask's joblib backend and block-wise prediction, per estimator: what
     # differs between estimators there (pickling, seeded reproducible fits) is asserted for
     # every estimator by tests/test_common.py in both tiers; a regressor and a classifier
@@ -43,11 +43,11 @@ ONE_CASE_IN_FAST_TIER = {
     # sparse draws against the sparse predictive over four kernels (10 000 draws each): the
     # kernel enters through the same random features as above, and the exact identities of
     # the sparse posterior keep all four kernels in both tiers
-    ("tests/pathwise/test_sparse.py::test_sparse_draw_moments_match_sparse_predictive",
+    ("tests/pathwise/sgpr/test_sgpr.py::test_sparse_draw_moments_match_sparse_predictive",
      "name"): ("matern32",),
     # iid and Sobol frequencies reach the moment oracle through the same basis; the two
-    # samplers' laws are checked in both tiers by tests/pathwise/test_features.py
-    ("tests/pathwise/test_moments.py::test_independent_basis_moments_match_exact_posterior",
+    # samplers' laws are checked in both tiers by tests/pathwise/draws/test_features.py
+    ("tests/pathwise/draws/test_moments.py::test_independent_basis_moments_match_exact_posterior",
      "frequency_sampling"): ("qmc",),
     # a Dask fit against the in-memory fit: the bound's block sums are the same code for both
     # non-Gaussian likelihoods (their per-row expectations differ, and are tested in memory)

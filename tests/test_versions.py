@@ -144,12 +144,12 @@ def _missing_module_message(name):
 
 
 def test_pickle_naming_a_moved_module_fails_with_the_version_message(fitted, monkeypatch):
-    # a fitted state whose engine class lives in a module that this version does not have
+    # a fitted state whose mode class lives in a module that this version does not have
     moved = "skgpx.pathwise._mode_of_another_version"
-    engine_class = type(fitted._engine)
-    monkeypatch.setattr(engine_class, "__module__", moved)
+    mode_class = type(fitted._mode)
+    monkeypatch.setattr(mode_class, "__module__", moved)
     monkeypatch.setitem(sys.modules, moved, types.SimpleNamespace(
-        **{engine_class.__qualname__: engine_class}))
+        **{mode_class.__qualname__: mode_class}))
     data = pickle.dumps(fitted)
     monkeypatch.undo()
     assert moved.encode() in data

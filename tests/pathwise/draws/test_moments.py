@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel, ExpSineSquared, Whi
 
 from skgpx import PathwiseGPSampler
 
-from ._oracles import (
+from .._oracles import (
     COV_Z_MAX,
     KERNEL_IDS,
     MEAN_Z_MAX,

@@ -1,8 +1,8 @@
 """PathwiseGPClassifier's sparse variational mode, through the estimator.
 
 The engine's maths (bound, natural steps, gradients, likelihood quadrature) is tested in
-test_svgp.py and test_likelihoods.py; here the estimator's answers are checked against
-numpy computed from its own fitted attributes (``inducing_points_``, ``q_mu_``,
+svgp/test_engine.py and likelihoods/test_classification.py; here the estimator's answers
+are checked against numpy computed from its own fitted attributes (``inducing_points_``, ``q_mu_``,
 ``q_sqrt_``, ``kernel_``), scipy quadrature and finite differences.
 """
 
@@ -18,7 +18,7 @@ from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
 from skgpx.pathwise._svgp import _classification as _classifier_sparse
 
-from ._oracles import MEAN_Z_MAX, moment_z_scores
+from .._oracles import MEAN_Z_MAX, moment_z_scores
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(-3, 3, size=(120, 2))
@@ -87,7 +87,7 @@ def test_latent_draws_have_the_moments_of_q(binary):
     mean, covs = _whitened_moments(binary, XQ)
     mean_z, _, abs_err, cov_se = moment_z_scores(draws, mean[:, 0], covs[0])
     assert mean_z <= MEAN_Z_MAX
-    # a shared random-feature basis: covariance bias O(sigma_f^2 / sqrt(F)) (test_moments.py)
+    # a shared random-feature basis: covariance bias O(sigma_f^2 / sqrt(F)) (draws/test_moments.py)
     sigma_f2 = float(np.exp(binary.kernel_.theta[0]))
     assert (abs_err - (4.0 * sigma_f2 / np.sqrt(2048) + 5.0 * cov_se)).max() <= 0
     # the same functions at other points, and probability draws are their links

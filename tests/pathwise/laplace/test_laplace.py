@@ -26,7 +26,7 @@ from skgpx.pathwise._laplace import _fit as _laplace_fit, _newton as _laplace
 from skgpx.pathwise._laplace._newton import COEFS, LAMBDAS, link_derivatives, positive_probability
 from skgpx.pathwise._laplace._fit import HyperparameterMap, LaplaceProblems, lockstep_lbfgs
 
-from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores  # noqa: F401
+from .._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores  # noqa: F401
 
 X = np.linspace(0, 10, 30)[:, None]
 Y_BIN = (np.sin(X[:, 0]) > 0).astype(int)
@@ -291,7 +291,7 @@ def _laplace_moments(binary, Xq):
 def _check_draws(draws, mean, cov, sigma_f2):
     mean_z, _, abs_err, cov_se = moment_z_scores(draws, mean, cov)
     assert mean_z <= MEAN_Z_MAX, f"mean z-score {mean_z:.2f}"
-    # a shared random-feature basis: covariance bias O(sigma_f^2 / sqrt(F)) (test_moments.py)
+    # a shared random-feature basis: covariance bias O(sigma_f^2 / sqrt(F)) (draws/test_moments.py)
     excess = abs_err - (4.0 * sigma_f2 / np.sqrt(N_FEATURES) + 5.0 * cov_se)
     assert excess.max() <= 0, f"covariance error exceeds its bound by {excess.max():.3g}"
 
@@ -310,7 +310,7 @@ def test_binary_latent_draws_have_the_laplace_moments():
 
 
 # slow: the binary draws' moments above carry the fast tier; one-vs-rest draws are the
-# binary problems' draws side by side (their latent moments: test_gpc_sklearn.py)
+# binary problems' draws side by side (their latent moments: laplace/test_sklearn_gpc.py)
 @pytest.mark.slow
 def test_one_vs_rest_draws_have_each_class_laplace_moments():
     kernel = C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-2, 1e2))
@@ -397,7 +397,7 @@ def test_verbose_shows_a_progress_bar(capfd):
 
 
 def test_warm_start_from_the_fitted_mode():
-    # (warm-started fits equal scikit-learn's: test_gpc_sklearn.py) log_marginal_likelihood
+    # (warm-started fits equal scikit-learn's: laplace/test_sklearn_gpc.py) log_marginal_likelihood
     # starts its Newton search from the fitted mode, and reaches the fitted value
     warm = PathwiseGPClassifier(KERNEL, warm_start=True, device="cpu").fit(X, Y_BIN)
     cold = PathwiseGPClassifier(KERNEL, optimizer=None, device="cpu").fit(X, Y_BIN)

@@ -25,8 +25,8 @@ from skgpx.dkp._sparse._pass import objective_gradients, objective_value
 from skgpx.kernels import TorchKernel
 from skgpx.pathwise._sgpr._bound import elbo_value_and_grad
 
-from ._sparse_fixtures import (DTYPE, make_config, make_data, make_full_state, make_inducing,
-                               make_rows, make_sparse_state, sparse_from_full)
+from ._fixtures import (DTYPE, make_config, make_data, make_full_state, make_inducing,
+                        make_rows, make_sparse_state, sparse_from_full)
 
 KERNELS = ("sqexp", "arccos0", "arccos1")
 CHUNK = 7  # not a divisor of the 30 rows

@@ -2,11 +2,11 @@
 plateau rule (``_svgp_fit._lbfgs_plateau``).
 
 References: the chunked full pass of ``_svgp`` (``evaluate``, ``marginals``,
-``WhitenedQ.natural_step``; itself checked against dense numpy in ``test_svgp.py``), scipy's
-L-BFGS-B on the bound in the moment parameters (``test_svgp._moment_optimum``).  Tolerances:
+``WhitenedQ.natural_step``; itself checked against dense numpy in ``svgp/test_engine.py``), scipy's
+L-BFGS-B on the bound in the moment parameters (``svgp.test_engine._moment_optimum``).  Tolerances:
 identities between the held-``A`` pieces and the chunked pass, 1e-10 relative (float64
 round-off of sums over <= 60 rows); optima, 1e-5 on m and S (both solvers stop within
-their own tolerance, as ``test_svgp``'s natural-gradient test).
+their own tolerance, as ``svgp.test_engine``'s natural-gradient test).
 """
 
 import warnings
@@ -26,7 +26,7 @@ from skgpx.pathwise._svgp import _engine as _svgp_fit
 from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPEngine
 from skgpx.pathwise._svgp._inner import InnerProblem, optimal_q
 
-from .test_svgp import DT, JITTER, KERNELS, _data, _moment_optimum, _random_q
+from .test_engine import DT, JITTER, KERNELS, _data, _moment_optimum, _random_q
 
 LIKELIHOODS = {"logit": (Bernoulli("logit"), 1), "probit-ovr": (Bernoulli("probit"), 2),
                "softmax": (Softmax(16, seed=2), 3)}

@@ -393,7 +393,7 @@ def test_nested_inducing_sets_never_lower_the_optimum():
     (k-means++ order), the optimum of the sparse objective per row does not fall as m grows.
 
     The prior conditional embeds an m1-point state in the m2-point model at the same value
-    or higher (S8 in test_sparse_objective.py), so the optima are ordered; a fit that stops
+    or higher (S8 in sparse/test_objective.py), so the optima are ordered; a fit that stops
     short, or an objective whose prior terms do not telescope over nested sets, breaks it.
     Weights are fixed so that each fit converges tightly (they otherwise drift to a
     boundary, slowly)."""

@@ -10,7 +10,7 @@ Cholesky formulas skgpx implements.  Tolerances:
   q(u) and 1e-11 for the ELBO; Kzz has condition number <= 6e2 at the fixed Z, so float64
   round-off of either side stays far below 1e-8).  The oracles use the model's fixed jitter
   (Kzz + 1e-8 mean(diag Kzz) I), and every fit checks that ``jitter_`` reports it;
-* Monte-Carlo moments: the z-scores of ``test_moments.py`` (mean <= 5 over 40 entries,
+* Monte-Carlo moments: the z-scores of ``draws/test_moments.py`` (mean <= 5 over 40 entries,
   covariance <= 5.5 over 1 600 entries, standard errors sqrt(C_ii/S) and
   sqrt((C_ii C_jj + C_ij^2)/S));
 * finite differences: a central difference with step h = 1e-5 in log space has truncation
@@ -27,7 +27,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from skgpx import PathwiseGPSampler
 
-from ._oracles import (
+from .._oracles import (
     COV_Z_MAX,
     KERNEL_IDS,
     MEAN_Z_MAX,
@@ -44,7 +44,7 @@ from ._oracles import (
     sine_data,
     sparse_inducing_inputs,
 )
-from .test_moments import _three_targets
+from ..draws.test_moments import _three_targets
 
 S = 20_000
 RTOL = 1e-8  # stable against direct formulas (see above)

@@ -34,7 +34,7 @@ from skgpx.pathwise._draws._posterior import draw_exact
 from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals
 from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPEngine
 
-from ._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores
+from .._oracles import COV_Z_MAX, MEAN_Z_MAX, moment_z_scores
 
 JITTER = 1e-8
 DT = torch.float64

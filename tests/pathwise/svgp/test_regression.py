@@ -1,7 +1,7 @@
 """PathwiseGPSampler with a Student-t or heteroscedastic likelihood, through the estimator.
 
-The likelihoods' maths is tested in test_regression_likelihoods.py and the engine's in
-test_svgp_groups.py; here the estimator's answers are checked against numpy computed from
+The likelihoods' maths is tested in likelihoods/test_regression.py and the engine's in
+svgp/test_groups.py; here the estimator's answers are checked against numpy computed from
 its own fitted attributes, against each other (latent plus noise), against the
 distribution of its draws, and against the Gaussian model on the same data.
 """

@@ -25,7 +25,7 @@ from skgpx._base import cpu_generator
 from skgpx.pathwise._draws._spectra import spectral_terms
 from skgpx.pathwise._draws._features import draw_random_features
 
-from ._oracles import NOISE, query_points, sine_data
+from .._oracles import NOISE, query_points, sine_data
 
 LENGTH_SCALE = np.array([0.5, 0.8, 1.0])
 SIGMA_F2 = 0.9

@@ -15,8 +15,8 @@ import skgpx.dkp._sparse._pass as sparse_pass
 from skgpx.dkp._sparse._model import reference_objective
 from skgpx.dkp._sparse._pass import SEEDS, objective_gradients, objective_value
 
-from ._sparse_fixtures import (make_config, make_data, make_inducing, make_rows,
-                               make_sparse_state, reference_gradients)
+from ._fixtures import (make_config, make_data, make_inducing, make_rows,
+                        make_sparse_state, reference_gradients)
 
 P, M = 50, 12
 
