@@ -46,12 +46,16 @@ Usage::
     .venv/bin/python benchmarks/dkp_cost.py --json benchmarks/results/dkp_cost.json
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import math
-import os
 import re
 import time
 import warnings

@@ -16,7 +16,7 @@ Methods (``--methods``)
   with Anderson acceleration);
 * ``auto``: the same with ``hand_over=True`` (sweeps, then L-BFGS);
 * ``lbfgs``: ``skgpx.dkp._sparse_lbfgs.lbfgs_fit``;
-* ``adam``: :func:`skgpx.dkp._sparse_adam.adam_fit`, mini-batches of 1024 rows on the
+* ``adam``: :func:`_adam.adam_fit` (this folder), mini-batches of 1024 rows on the
   uncollapsed bound, one run per learning rate in ``--adam-lrs``; its collapsed
   objective is evaluated after every epoch by a forward pass that is not counted in its
   passes or seconds.
@@ -43,8 +43,14 @@ Usage::
     .venv/bin/python benchmarks/dkp_sparse.py --parts predict
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
+from _adam import adam_fit
 
 import argparse
 import json
@@ -57,7 +63,6 @@ import torch
 
 from skgpx import DeepKernelProcessRegressor
 from skgpx.dkp import _sparse_pass
-from skgpx.dkp._sparse_adam import adam_fit
 from skgpx.dkp._sparse_model import (
     SparseDKPState, inducing_blocks, prior_mean_grams, propagate_rows,
 )

@@ -54,6 +54,11 @@ Usage::
     .venv/bin/python benchmarks/dkp_vs_adam.py --dataset friedman --device cuda
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 from _fits import rmse

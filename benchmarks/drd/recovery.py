@@ -51,6 +51,11 @@ Everything runs in this one process, one thread, float64 (``_common`` pins it). 
 to ``--json`` / ``--csv`` (default ``benchmarks/results/drd_recovery.{json,csv}``, git-ignored).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 

@@ -47,6 +47,11 @@ Usage::
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/kepsvgp_digits.{json,csv}``).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 from _fits import column, fmt_pm, mean_se, nanmean, values

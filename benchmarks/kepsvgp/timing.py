@@ -76,13 +76,17 @@ Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/kepsvgp_timin
 git-ignored).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import gc
 import math
-import os
 import time
 
 import torch

@@ -52,19 +52,22 @@ Usage::
     .venv/bin/python benchmarks/pathwise_cg.py --parts switch   # issue 31: the Cholesky/CG switch
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 from _fits import write_json
 
 import argparse
-import os
-import sys
 import time
 import warnings
 
 import numpy as np
 
 SCRIPT = os.path.abspath(__file__)
-ROOT = os.path.dirname(os.path.dirname(SCRIPT))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPT)))  # the repository
 PARTS = ("scale", "oracle", "switch")
 LENGTH_SCALE, NOISE = 0.5, 1e-2
 N_CHECK = 256

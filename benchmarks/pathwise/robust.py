@@ -64,12 +64,16 @@ Usage::
     .venv/bin/python benchmarks/pathwise_robust.py --device cuda --parts scale
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import math
-import os
 import time
 import warnings
 
@@ -160,21 +164,8 @@ def gpytorch_student_t(Xtr, ytr, Xte, m, steps, lr, seed):
     """Fit GPyTorch's SVGP with ``StudentTLikelihood`` (see the module docstring) and return
     ``(seconds, predictive mean of f at Xte in y units, fitted degrees of freedom)``."""
     import gpytorch
+    from _baselines import gpytorch_svgp
     from sklearn.cluster import kmeans_plusplus
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, inducing):
-            q = gpytorch.variational.CholeskyVariationalDistribution(inducing.shape[0])
-            strategy = gpytorch.variational.VariationalStrategy(
-                self, inducing, q, learn_inducing_locations=True)
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ConstantMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=inducing.shape[1]))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # GPyTorch's module constructors use the global generator
@@ -184,7 +175,8 @@ def gpytorch_student_t(Xtr, ytr, Xte, m, steps, lr, seed):
         mu, sd = float(np.mean(ytr)), float(np.std(ytr))
         X = torch.as_tensor(Xtr, device=DEVICE)
         y = torch.as_tensor((ytr - mu) / sd, device=DEVICE)
-        model = SVGP(torch.as_tensor(Z)).to(DEVICE)
+        model = gpytorch_svgp(torch.as_tensor(Z), ard_dims=Z.shape[1], mean="constant")
+        model = model.to(DEVICE)
         likelihood = gpytorch.likelihoods.StudentTLikelihood().to(DEVICE)
         elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(Xtr))
         optimizer = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()),

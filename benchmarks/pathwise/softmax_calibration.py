@@ -44,7 +44,15 @@ Usage::
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/softmax_calibration.py --quick --parts joint
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+from _fits import bundled_classification as bundled
+from _fits import classification_scores as scores
+from _fits import rbf_classifier_kernel as kernel
 
 import argparse
 import time
@@ -53,7 +61,6 @@ import warnings
 import numpy as np
 import scipy.linalg as sl
 import torch
-from pathwise_classifier import bundled, kernel, scores
 
 PARTS = ("full_rank", "joint", "laplace")
 HEADERS = ["model", "bound", "accuracy", "log-loss", "ECE", "confidence", "seconds"]

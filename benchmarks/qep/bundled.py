@@ -55,6 +55,11 @@ Usage::
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_bundled.{json,csv}``).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
 from _fits import fmt_pm, mean_se, nanmean, values

@@ -87,6 +87,11 @@ Results (all per-fit records and the summaries) go to ``--json`` and ``--csv`` (
 ``benchmarks/results/qep_timeseries.{json,csv}``, git-ignored).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
 from _fits import fmt_pm, mean_se, nanmean, values
@@ -211,46 +216,9 @@ def evaluate_ours(model, Xte, yte):
 
 def build_gpytorch_model(Xt, n_tasks, dtype):
     """GPyTorch's deep GP (two ``DeepGPLayer`` s), initialised as ours (see the docstring)."""
-    import gpytorch
-    from gpytorch.distributions import MultivariateNormal
-    from gpytorch.kernels import MaternKernel, ScaleKernel
-    from gpytorch.means import ConstantMean, LinearMean
-    from gpytorch.models.deep_gps import DeepGP, DeepGPLayer
-    from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
+    from _baselines import gpytorch_deep_gp
 
-    class Layer(DeepGPLayer):
-        def __init__(self, inducing, linear_mean):
-            n_units, m, d_in = inducing.shape
-            batch = torch.Size([n_units])
-            variational = CholeskyVariationalDistribution(m, batch_shape=batch)
-            strategy = VariationalStrategy(self, inducing, variational,
-                                           learn_inducing_locations=True)
-            super().__init__(strategy, d_in, n_units)
-            self.mean_module = (LinearMean(d_in, batch_shape=batch) if linear_mean
-                                else ConstantMean(batch_shape=batch))
-            self.covar_module = ScaleKernel(
-                MaternKernel(nu=1.5, batch_shape=batch, ard_num_dims=d_in), batch_shape=batch)
-            self.covar_module.outputscale = 1.0
-            self.covar_module.base_kernel.lengthscale = 1.0
-
-        def forward(self, x):
-            return MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    class GPyTorchDeepGP(DeepGP):
-        def __init__(self):
-            super().__init__()
-            m = min(N_INDUCING, Xt.shape[0])
-            subset = torch.randperm(Xt.shape[0])[:m]
-            self.hidden = Layer(Xt[subset].expand(HIDDEN, -1, -1).clone(), True)
-            self.last = Layer(torch.randn(n_tasks, m, HIDDEN, dtype=Xt.dtype), False)
-            self.likelihood = gpytorch.likelihoods.MultitaskGaussianLikelihood(
-                num_tasks=n_tasks, has_global_noise=False)
-            self.likelihood.task_noises = torch.full((n_tasks,), 0.1)
-
-        def forward(self, x):
-            return self.last(self.hidden(x))
-
-    return GPyTorchDeepGP().to(dtype)
+    return gpytorch_deep_gp(Xt, n_tasks, dtype, n_inducing=N_INDUCING, hidden=HIDDEN)
 
 
 def fit_gpytorch(X, y, epochs, dtype, seed):
