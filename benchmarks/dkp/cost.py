@@ -42,8 +42,8 @@ profiles the P = 500 fit and prints no P = 1000 headline verdict.
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_cost.py --quick                    # about 1 min
-    .venv/bin/python benchmarks/dkp_cost.py --json benchmarks/results/dkp_cost.json
+    .venv/bin/python benchmarks/dkp/cost.py --quick                    # about 1 min
+    .venv/bin/python benchmarks/dkp/cost.py --json benchmarks/results/dkp_cost.json
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -519,7 +519,7 @@ def main(argv=None):
     args.budget = args.cutoff if args.budget is None else args.budget
     headline = HEADLINE_P in sizes and not args.quick
     profile_p = HEADLINE_P if headline else max(sizes)
-    C.print_header("dkp_cost.py  -  DeepKernelProcessRegressor fit cost: wall time, GFLOP/s, "
+    C.print_header("dkp/cost.py  -  DeepKernelProcessRegressor fit cost: wall time, GFLOP/s, "
                    "scaling in P (float64, one CPU thread)", args)
 
     print("  timing torch.mm ...", flush=True)

@@ -38,9 +38,9 @@ chunks of ``--batch-size`` (the estimator's ``predict(return_std=True)`` when it
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_sparse.py --n-train 20000 --m 128 --max-minutes 3
-    .venv/bin/python benchmarks/dkp_sparse.py                       # P = 100 000, m = 256
-    .venv/bin/python benchmarks/dkp_sparse.py --parts predict
+    .venv/bin/python benchmarks/dkp/inducing.py --n-train 20000 --m 128 --max-minutes 3
+    .venv/bin/python benchmarks/dkp/inducing.py                       # P = 100 000, m = 256
+    .venv/bin/python benchmarks/dkp/inducing.py --parts predict
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -467,7 +467,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.combine:
         return combine(args)
-    C.print_header("dkp_sparse.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam "
+    C.print_header("dkp/inducing.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam "
                    "(issue 34)", args, device=args.device)
     torch.set_num_threads(1)
     problem = make_problem(args)

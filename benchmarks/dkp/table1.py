@@ -48,10 +48,10 @@ for ``objective='dkp'`` on diabetes and friedman (the sweep that fixes the defau
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_table1.py --quick              # smoke run, < 2 min
-    .venv/bin/python benchmarks/dkp_table1.py                      # 3 data sets x 20 splits
-    .venv/bin/python benchmarks/dkp_table1.py --dof-sweep          # dof sweep, 20 splits
-    .venv/bin/python benchmarks/dkp_table1.py --json benchmarks/results/dkp_table1.json
+    .venv/bin/python benchmarks/dkp/table1.py --quick              # smoke run, < 2 min
+    .venv/bin/python benchmarks/dkp/table1.py                      # 3 data sets x 20 splits
+    .venv/bin/python benchmarks/dkp/table1.py --dof-sweep          # dof sweep, 20 splits
+    .venv/bin/python benchmarks/dkp/table1.py --json benchmarks/results/dkp_table1.json
 
 Everything runs in this one process, one thread, float64 (``_common`` pins it).  Fits are
 short (seconds), so there is no child-process isolation as in the ``pathwise_*`` scripts;
@@ -537,7 +537,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     mode = "dof sweep (objective='dkp')" if args.dof_sweep else "Table 1 analogue"
-    C.print_header(f"dkp_table1.py  -  DeepKernelProcessRegressor, {mode}, spec dkp.md §14 "
+    C.print_header(f"dkp/table1.py  -  DeepKernelProcessRegressor, {mode}, spec dkp.md §14 "
                    "local protocol", args)
     t0 = time.perf_counter()
     if args.dof_sweep:

@@ -49,9 +49,9 @@ bound (the shortest non-diverged Adam run / solver time), printed with ">".
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_vs_adam.py --quick                  # toy, < 1 min
-    .venv/bin/python benchmarks/dkp_vs_adam.py --json benchmarks/results/dkp_vs_adam.json
-    .venv/bin/python benchmarks/dkp_vs_adam.py --dataset friedman --device cuda
+    .venv/bin/python benchmarks/dkp/vs_adam.py --quick                  # toy, < 1 min
+    .venv/bin/python benchmarks/dkp/vs_adam.py --json benchmarks/results/dkp_vs_adam.json
+    .venv/bin/python benchmarks/dkp/vs_adam.py --dataset friedman --device cuda
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -678,7 +678,7 @@ def main(argv=None):
     C.check_device(p, device)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = False
-    C.print_header("dkp_vs_adam.py  -  point solver (10 sweeps) vs Adam on the same objective "
+    C.print_header("dkp/vs_adam.py  -  point solver (10 sweeps) vs Adam on the same objective "
                    "(spec dkp.md §14, Fig. 1 analogue)", args, device=device)
 
     from skgpx import DeepKernelProcessRegressor

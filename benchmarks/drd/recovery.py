@@ -41,9 +41,9 @@ every seed, sDRD support AUC >= 0.9, sDRD noise variance within a factor 1.5 of 
 
 Usage::
 
-    .venv/bin/python benchmarks/drd_recovery.py --quick     # 1 seed, reduced problems, < 1 min
-    .venv/bin/python benchmarks/drd_recovery.py             # bumps, dense, bumps2d x 5 seeds
-    .venv/bin/python benchmarks/drd_recovery.py --kinds reference --seeds 1
+    .venv/bin/python benchmarks/drd/recovery.py --quick     # 1 seed, reduced problems, < 1 min
+    .venv/bin/python benchmarks/drd/recovery.py             # bumps, dense, bumps2d x 5 seeds
+    .venv/bin/python benchmarks/drd/recovery.py --kinds reference --seeds 1
 
 ``--quick`` shrinks every kind (1-D: p = 60, n = 40; 2-D: 8 x 8, n = 50; 200 test rows) and
 caps the sDRD-family fits at ``max_iter=5``, so its numbers are no test of the targets.
@@ -333,7 +333,7 @@ CSV_KEYS = ["kind", "model", "seed", "coef_mse", "test_mse", "auc", "coef_r2", "
 def main(argv=None):
     args = parse_args(argv)
     records, summary = F.run_main(
-        "drd_recovery.py  -  SmoothDRDRegressor (sDRD, DRD, ASD-like) vs ARD, BayesianRidge, "
+        "drd/recovery.py  -  SmoothDRDRegressor (sDRD, DRD, ASD-like) vs ARD, BayesianRidge, "
         "RidgeCV, LassoCV: coefficient recovery, spec smooth_drd.md Sec. 9", args,
         "float64 everywhere (torch default dtype set to float64)", run, report)
     rows = (((), r) for per_model in records.values() for recs in per_model.values()

@@ -27,10 +27,10 @@ Target (PASS/MISS): the 64 x 64 Fourier fit under 60 s on one CPU thread (only j
 
 Usage::
 
-    .venv/bin/python benchmarks/drd_scale.py --quick        # 8x8, 12x12, n=100, max_iter=3
-    .venv/bin/python benchmarks/drd_scale.py                # 16, 32, 64; both bases
-    .venv/bin/python benchmarks/drd_scale.py --grids 64 --basis fourier --repeats 3
-    .venv/bin/python benchmarks/drd_scale.py --device cuda  # where a GPU is available
+    .venv/bin/python benchmarks/drd/scale.py --quick        # 8x8, 12x12, n=100, max_iter=3
+    .venv/bin/python benchmarks/drd/scale.py                # 16, 32, 64; both bases
+    .venv/bin/python benchmarks/drd/scale.py --grids 64 --basis fourier --repeats 3
+    .venv/bin/python benchmarks/drd/scale.py --device cuda  # where a GPU is available
 
 Threads are pinned to one by ``_common`` (in the children too), float64.  Records go to
 ``--json`` / ``--csv`` (default ``benchmarks/results/drd_scale.{json,csv}``, git-ignored).
@@ -243,7 +243,7 @@ def main(argv=None):
     if C.run_child_cell(setup, run_once, warmup=False):
         return
     args = parse_args(argv)
-    C.print_header("drd_scale.py  -  SmoothDRDRegressor fit time against p on s x s grids, "
+    C.print_header("drd/scale.py  -  SmoothDRDRegressor fit time against p on s x s grids, "
                    "basis='fourier' vs 'dense' (spec smooth_drd.md Sec. 7)", args,
                    device=args.device)
     print(f"load:     load average at start {C.load_average()} on os.cpu_count()="

@@ -40,9 +40,9 @@ spreads over all of them.
 
 Usage::
 
-    .venv/bin/python benchmarks/kepsvgp_digits.py --quick      # 2 seeds, 10 epochs
-    .venv/bin/python benchmarks/kepsvgp_digits.py              # seeds 0-9, 100 epochs (~40 min)
-    .venv/bin/python benchmarks/kepsvgp_digits.py --no-ood --no-corruption
+    .venv/bin/python benchmarks/kepsvgp/digits.py --quick      # 2 seeds, 10 epochs
+    .venv/bin/python benchmarks/kepsvgp/digits.py              # seeds 0-9, 100 epochs (~40 min)
+    .venv/bin/python benchmarks/kepsvgp/digits.py --no-ood --no-corruption
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/kepsvgp_digits.{json,csv}``).
 """
@@ -358,7 +358,7 @@ CSV_KEYS = ["model", "seed", "fit_s", "epoch_s", "final_loss", "temperature"] + 
 def main(argv=None):
     args = parse_args(argv)
     records, summary = F.run_main(
-        "kepsvgp_digits.py  -  KEPSVGPClassifier vs softmax attention on digits (Tables 1-3 "
+        "kepsvgp/digits.py  -  KEPSVGPClassifier vs softmax attention on digits (Tables 1-3 "
         "analogues, spec kep_svgp.md §7.2)", args, f"networks {args.dtype}", run, report)
     rows = (((), r) for recs in records.values() for r in recs)
     F.write_outputs(args, {"records": records, "summary": summary}, CSV_KEYS, rows)

@@ -1,5 +1,5 @@
 """Our SVGP engine with Adam on ``q(u)`` instead of natural steps: the ablation of the
-natural gradient in ``classifier.py`` (part ``gpytorch``) and ``svgp_engine.py``.
+natural gradient in ``classifier.py`` (part ``gpytorch``) and ``pathwise/svgp_engine.py``.
 
 Imported by the scripts of this folder after ``_common``; running it does nothing.
 """

@@ -25,9 +25,9 @@ Mean +- sd over seeds.
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_accuracy.py            # d = 1, 5 seeds
-    .venv/bin/python benchmarks/pathwise_accuracy.py --d2       # d = 1 and d = 2
-    .venv/bin/python benchmarks/pathwise_accuracy.py --quick    # 2 seeds, F in {256, 1024}
+    .venv/bin/python benchmarks/pathwise/accuracy.py            # d = 1, 5 seeds
+    .venv/bin/python benchmarks/pathwise/accuracy.py --d2       # d = 1 and d = 2
+    .venv/bin/python benchmarks/pathwise/accuracy.py --quick    # 2 seeds, F in {256, 1024}
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -292,7 +292,7 @@ def main(argv=None):
         args.seeds = min(args.seeds, 2)
         args.features = [F for F in args.features if F <= 1024]
     warnings.filterwarnings("ignore")
-    C.print_header("pathwise_accuracy.py  -  Protocol B: W2 to the exact posterior", args,
+    C.print_header("pathwise/accuracy.py  -  Protocol B: W2 to the exact posterior", args,
                    extra=("gpytorch", "botorch"))
     dims = [2] if args.only_d2 else ([1, 2] if args.d2 else [1])
     for d in dims:

@@ -46,10 +46,10 @@ against the memory available, which is what ``cholesky_max_n="auto"`` decides by
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_cg.py                  # full protocol (CPU)
-    .venv/bin/python benchmarks/pathwise_cg.py --quick          # smoke run
-    .venv/bin/python benchmarks/pathwise_cg.py --device cuda    # the same on a GPU
-    .venv/bin/python benchmarks/pathwise_cg.py --parts switch   # issue 31: the Cholesky/CG switch
+    .venv/bin/python benchmarks/pathwise/cg.py                  # full protocol (CPU)
+    .venv/bin/python benchmarks/pathwise/cg.py --quick          # smoke run
+    .venv/bin/python benchmarks/pathwise/cg.py --device cuda    # the same on a GPU
+    .venv/bin/python benchmarks/pathwise/cg.py --parts switch   # issue 31: the Cholesky/CG switch
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -488,7 +488,7 @@ def main(argv=None):
     if C.run_child_cell(setup, run_once, warmup=False):
         return
     args = parse_args(argv)
-    C.print_header("pathwise_cg.py  -  issue 14: exact draws with solver='cg'", args,
+    C.print_header("pathwise/cg.py  -  issue 14: exact draws with solver='cg'", args,
                    device=args.device)
     print(f"load average at start: {C.load_average()}")
     results, lines = {}, []

@@ -47,11 +47,11 @@ Parts (``--parts``, comma-separated; all by default):
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_classifier.py                      # everything
-    .venv/bin/python benchmarks/pathwise_classifier.py --parts exact,sparse
-    .venv/bin/python benchmarks/pathwise_classifier.py --quick              # smoke run
-    .venv/bin/python benchmarks/pathwise_classifier.py --device cuda --parts scale,draws
-    .venv/bin/python benchmarks/pathwise_classifier.py --parts default-scale
+    .venv/bin/python benchmarks/pathwise/classifier.py                      # everything
+    .venv/bin/python benchmarks/pathwise/classifier.py --parts exact,sparse
+    .venv/bin/python benchmarks/pathwise/classifier.py --quick              # smoke run
+    .venv/bin/python benchmarks/pathwise/classifier.py --device cuda --parts scale,draws
+    .venv/bin/python benchmarks/pathwise/classifier.py --parts default-scale
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)

@@ -25,8 +25,8 @@ process; a single fit longer than ``--cutoff`` seconds is killed and reported "D
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_fit.py --quick     # diabetes + friedman n=1000
-    .venv/bin/python benchmarks/pathwise_fit.py             # adds friedman n=4000
+    .venv/bin/python benchmarks/pathwise/fit.py --quick     # diabetes + friedman n=1000
+    .venv/bin/python benchmarks/pathwise/fit.py             # adds friedman n=4000
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -188,7 +188,7 @@ def main(argv=None):
         args.friedman = [n for n in args.friedman if n <= 1000] or [1000]
     args.methods = [m for m in args.methods.split(",") if m]
     args.budget = args.cutoff if args.budget is None else args.budget
-    C.print_header("pathwise_fit.py  -  Fitting protocol: ARD RBF + White, normalize_y, "
+    C.print_header("pathwise/fit.py  -  Fitting protocol: ARD RBF + White, normalize_y, "
                    "one L-BFGS-B run", args, extra=("gpytorch",))
 
     records = {}

@@ -58,10 +58,10 @@ shows its error in its row and its verdicts say "no result"; nothing is filled i
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_robust.py                         # everything
-    .venv/bin/python benchmarks/pathwise_robust.py --parts outliers --seeds 10
-    .venv/bin/python benchmarks/pathwise_robust.py --quick                 # smoke run
-    .venv/bin/python benchmarks/pathwise_robust.py --device cuda --parts scale
+    .venv/bin/python benchmarks/pathwise/robust.py                         # everything
+    .venv/bin/python benchmarks/pathwise/robust.py --parts outliers --seeds 10
+    .venv/bin/python benchmarks/pathwise/robust.py --quick                 # smoke run
+    .venv/bin/python benchmarks/pathwise/robust.py --device cuda --parts scale
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)

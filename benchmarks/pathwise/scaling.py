@@ -32,9 +32,9 @@ time "functions built once, then evaluated": build = ``sample_functions`` /
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_scaling.py                 # headline (A')
-    .venv/bin/python benchmarks/pathwise_scaling.py --quick         # smoke run
-    .venv/bin/python benchmarks/pathwise_scaling.py --sweep --repeats 1
+    .venv/bin/python benchmarks/pathwise/scaling.py                 # headline (A')
+    .venv/bin/python benchmarks/pathwise/scaling.py --quick         # smoke run
+    .venv/bin/python benchmarks/pathwise/scaling.py --sweep --repeats 1
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -453,7 +453,7 @@ def main(argv=None):
                 for a, b in (c.lower().split("x") for c in configs.split(","))]
         title = "Protocol A': headline settings (d=2, Matern-5/2 ell=0.5, noise 1e-2, S=64)"
         args.skip_extrapolated = False
-    C.print_header(f"pathwise_scaling.py  -  {title}", args, extra=("gpytorch", "botorch"),
+    C.print_header(f"pathwise/scaling.py  -  {title}", args, extra=("gpytorch", "botorch"),
                    device=args.device)
     results, history = {}, {}
     for n, n_star, S in plan:

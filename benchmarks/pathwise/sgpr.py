@@ -50,17 +50,17 @@ WhiteKernel(0.05)`` (all fixed), m = 64 inducing points (our k-means++ choice,
 [-0.5, 1.5]^10), S = 2000 draws, 5 seeds.  Reference: the sparse posterior with the
 SGPR-optimal q(u), mean k(.,Z) Kzz^-1 mu_u and covariance k - Q + k(.,Z) Kzz^-1 S_u
 Kzz^-1 k(Z,.), computed densely in numpy (spec 2.3).  W2, max |z| of the mean and
-max |v_hat/v - 1| come from ``pathwise_accuracy.py`` (imported).  Rows: the MC floor
+max |v_hat/v - 1| come from ``pathwise/accuracy.py`` (imported).  Rows: the MC floor
 (S exact Gaussian draws), ours shared basis (F = 1024), ours ``shared_basis=False``, and
 BoTorch at the same F and m with our q(u).  Targets: W2(ours shared) <= W2(BoTorch);
 W2(ours independent) <= 1.5 x floor.
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_sparse.py                  # full protocol
-    .venv/bin/python benchmarks/pathwise_sparse.py --quick          # smoke run
-    .venv/bin/python benchmarks/pathwise_sparse.py --device cuda --parts fit,draws  # on a GPU
-    .venv/bin/python benchmarks/pathwise_sparse.py --parts w2       # one part
+    .venv/bin/python benchmarks/pathwise/sgpr.py                  # full protocol
+    .venv/bin/python benchmarks/pathwise/sgpr.py --quick          # smoke run
+    .venv/bin/python benchmarks/pathwise/sgpr.py --device cuda --parts fit,draws  # on a GPU
+    .venv/bin/python benchmarks/pathwise/sgpr.py --parts w2       # one part
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
@@ -958,7 +958,7 @@ def main(argv=None):
         return
     args = parse_args(argv)
     args.sparse = sparse_available()
-    C.print_header("pathwise_sparse.py  -  issue 14: sparse fit, sparse draws, draw accuracy",
+    C.print_header("pathwise/sgpr.py  -  issue 14: sparse fit, sparse draws, draw accuracy",
                    args, extra=("gpytorch", "botorch", "linear_operator"))
     print(f"load average at start: {C.load_average()}")
     if not args.sparse:

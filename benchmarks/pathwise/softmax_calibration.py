@@ -3,7 +3,7 @@
 The fit (accuracy 0.971, mean confidence 0.921, ECE 0.050) is underconfident; each part
 removes one approximation and asks whether the confidence moves.
 
-One thread, float64, the data of ``pathwise_classifier.py`` (digits, 75/25 stratified,
+One thread, float64, the data of ``pathwise/classifier.py`` (digits, 75/25 stratified,
 standardised).  The kernel is fixed at the ``kernel_`` of the sparse softmax fit
 (``PathwiseGPClassifier(multi_class="softmax", n_inducing=128, random_state=0)``); every
 row reports the bound where one is defined, accuracy, log-loss, 15-bin ECE, the mean
@@ -40,8 +40,8 @@ Parts (``--parts``, comma-separated; all by default):
 
 Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/softmax_calibration.py
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/softmax_calibration.py --quick --parts joint
+    .venv/bin/python benchmarks/pathwise/softmax_calibration.py
+    .venv/bin/python benchmarks/pathwise/softmax_calibration.py --quick --parts joint
 """
 
 import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)

@@ -13,7 +13,7 @@ on ``q`` (the private ``q_update="adam"`` ablation).
 one-vs-rest on the L-BFGS-B route (inner loop with the whitened cross-covariances held,
 ``_svgp_inner``) and prints fit time, evaluations, inner passes, accuracy, log-loss, ECE.
 
-Usage: ``python benchmarks/svgp_engine.py [--n 100000] [--epochs 3] [--no-gpytorch]
+Usage: ``python benchmarks/pathwise/svgp_engine.py [--n 100000] [--epochs 3] [--no-gpytorch]
 [--digits [--m 256]]``
 """
 

@@ -48,9 +48,9 @@ process's CPU time) and the fit time relative to the sklearn GP (CPU time).
 
 Usage::
 
-    .venv/bin/python benchmarks/qep_bundled.py --quick     # no digits, 20 epochs
-    .venv/bin/python benchmarks/qep_bundled.py             # all six, 100 epochs, 1 seed
-    .venv/bin/python benchmarks/qep_bundled.py --device cuda --datasets digits  # on a GPU
+    .venv/bin/python benchmarks/qep/bundled.py --quick     # no digits, 20 epochs
+    .venv/bin/python benchmarks/qep/bundled.py             # all six, 100 epochs, 1 seed
+    .venv/bin/python benchmarks/qep/bundled.py --device cuda --datasets digits  # on a GPU
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_bundled.{json,csv}``).
 """
@@ -281,7 +281,7 @@ CSV_KEYS = ["dataset", "model", "seed", "n_train", "d", "n_inducing", "n_iter", 
 def main(argv=None):
     args = parse_args(argv)
     records, summary = Q.run_main(
-        "qep_bundled.py  -  DeepQEPRegressor/DeepQEPClassifier on bundled substitutes of the "
+        "qep/bundled.py  -  DeepQEPRegressor/DeepQEPClassifier on bundled substitutes of the "
         "paper's UCI sets vs sklearn's GPs", args,
         f"deep models {args.dtype} on {args.device}; sklearn's GPs float64", run, report)
     rows = (((), r) for per_model in records.values() for recs in per_model.values()

@@ -61,9 +61,9 @@ seeds x 2 deep models, plus 9 GPC fits of about 3.5 s) takes about 13 minutes.
 
 Usage::
 
-    .venv/bin/python benchmarks/qep_rhombus.py --quick        # 1 seed, 30 epochs
-    .venv/bin/python benchmarks/qep_rhombus.py                # 3 seeds, 1000 epochs
-    .venv/bin/python benchmarks/qep_rhombus.py --datasets rhombus-authors --models q1,gpc
+    .venv/bin/python benchmarks/qep/rhombus.py --quick        # 1 seed, 30 epochs
+    .venv/bin/python benchmarks/qep/rhombus.py                # 3 seeds, 1000 epochs
+    .venv/bin/python benchmarks/qep/rhombus.py --datasets rhombus-authors --models q1,gpc
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_rhombus.{json,csv}``).
 """
@@ -327,7 +327,7 @@ CSV_KEYS = ["model", "seed", "fit_s", "fit_cpu_s", "n_iter", "final_loss", "acc"
 def main(argv=None):
     args = parse_args(argv)
     records, summary = Q.run_main(
-        "qep_rhombus.py  -  DeepQEPClassifier, Table B.2/B.3 analogue (annular rhombus, "
+        "qep/rhombus.py  -  DeepQEPClassifier, Table B.2/B.3 analogue (annular rhombus, "
         "annulus) vs the paper and sklearn's GPC", args,
         f"deep models {args.dtype}; sklearn's GPC float64", run, report)
     rows = (((name,), r) for name, per_model in records.items()

@@ -80,8 +80,8 @@ each model gets one untimed 5-epoch warm-up fit per dtype before the timed fits.
 
 Usage::
 
-    .venv/bin/python benchmarks/qep_timeseries.py --quick          # 2 seeds, 50 epochs
-    .venv/bin/python benchmarks/qep_timeseries.py                  # 10 seeds, 1000 epochs
+    .venv/bin/python benchmarks/qep/timeseries.py --quick          # 2 seeds, 50 epochs
+    .venv/bin/python benchmarks/qep/timeseries.py                  # 10 seeds, 1000 epochs
 
 Results (all per-fit records and the summaries) go to ``--json`` and ``--csv`` (default
 ``benchmarks/results/qep_timeseries.{json,csv}``, git-ignored).
@@ -531,7 +531,7 @@ CSV_KEYS = ["model", "seed", "dtype", "epochs", "n_iter", "fit_s", "fit_cpu_s", 
 def main(argv=None):
     args = parse_args(argv)
     records, summary = Q.run_main(
-        "qep_timeseries.py  -  DeepQEPRegressor, Table B.1 analogue (step/turn series) vs the "
+        "qep/timeseries.py  -  DeepQEPRegressor, Table B.1 analogue (step/turn series) vs the "
         "paper and GPyTorch's DeepGP", args,
         f"accuracy fits {args.dtype} (every model), timing fits float64; torch default "
         "dtype float64", run, report, extra=("gpytorch",))
