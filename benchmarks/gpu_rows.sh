@@ -35,7 +35,7 @@ step tests 120 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/pathwise/test_functions.py tests/dkp/test_estimator.py tests/dkp/test_riccati.py \
     tests/dkp/test_sparse_estimator.py \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
-# the inducing-point DKP (issue 34): its solvers against Adam at P = 100 000, m = 256, and the
+# the inducing-point DKP: its solvers against Adam at P = 100 000, m = 256, and the
 # 1e6-row prediction
 step dkp_sparse 270 30 "$py" benchmarks/dkp/inducing.py --device cuda --methods newton,auto,lbfgs,adam \
     --adam-lrs 1e-2 --max-minutes 1 --max-passes 400 --parts fit,predict

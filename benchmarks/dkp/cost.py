@@ -1,6 +1,6 @@
 """Cost of ``DeepKernelProcessRegressor.fit``: wall time, achieved flop rate, scaling in P.
 
-Three measurements, float64 on ONE CPU thread (spec ``dkp.md`` §15 puts a sweep at
+Three measurements, float64 on ONE CPU thread (the design's estimate of a sweep:
 about 20-30 P^3 flops per hidden layer):
 
 1. **The limit**: the machine's float64 matmul rate, ``torch.mm`` of two n x n
@@ -405,7 +405,7 @@ def report_profile(P, rec, limit, headline):
     print(title)
     print(f"  wall time (unprofiled fit):      {wall:.2f} s")
     print(f"  flops (model, eigh = {EIGH_FACTOR:g} n^3):     {total * 1e-9:.2f} GFLOP"
-          f"  (= {per_unit:.1f} P^3 per sweep per hidden layer; spec §15 estimate 20-30)")
+          f"  (= {per_unit:.1f} P^3 per sweep per hidden layer; the design's estimate 20-30)")
     print(f"  flops with eigh = {EIGH_FACTOR_GVL:g} n^3 (GVL):   {gvl_total * 1e-9:.2f} GFLOP")
     print(f"  achieved rate:                   {achieved:.2f} GFLOP/s = "
           f"{achieved / limit:.1%} of the matmul limit {limit:.2f} GFLOP/s "

@@ -1,4 +1,4 @@
-"""The inducing-point DKP's solvers against each other and against Adam (issue 34).
+"""The inducing-point DKP's solvers against each other and against Adam.
 
 It measures the convergence figures of ``doc/design_notes.rst``, "Inducing-point deep kernel
 process".  Data: ``make_friedman1(n_samples=n_train + 10000, n_features=8,
@@ -467,8 +467,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.combine:
         return combine(args)
-    C.print_header("dkp/inducing.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam "
-                   "(issue 34)", args, device=args.device)
+    C.print_header("dkp/inducing.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam",
+                   args, device=args.device)
     torch.set_num_threads(1)
     problem = make_problem(args)
     print(f"  RSS after building the problem: {C.fmt_bytes(C.current_rss_bytes())} "

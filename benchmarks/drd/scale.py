@@ -1,6 +1,6 @@
 """Fit time of ``SmoothDRDRegressor`` (sDRD) against the number of features p on 2-D grids:
-``basis="fourier"`` (FFT products on the padded grid, trimmed frequencies; spec
-``smooth_drd.md`` Sec. 7) against ``basis="dense"`` (exact SE factors per axis).
+``basis="fourier"`` (FFT products on the padded grid, trimmed frequencies;
+``doc/design_notes.rst``, "Scaling") against ``basis="dense"`` (exact SE factors per axis).
 
 Data: ``make_smooth_sparse_regression("bumps2d", shape=(s, s), n_samples=500, random_state=0)``
 (two truncated blobs scaled with the grid, noise sd 0.5, 1000 test rows) for s in ``--grids``
@@ -244,7 +244,7 @@ def main(argv=None):
         return
     args = parse_args(argv)
     C.print_header("drd/scale.py  -  SmoothDRDRegressor fit time against p on s x s grids, "
-                   "basis='fourier' vs 'dense' (spec smooth_drd.md Sec. 7)", args,
+                   "basis='fourier' vs 'dense'", args,
                    device=args.device)
     print(f"load:     load average at start {C.load_average()} on os.cpu_count()="
           f"{os.cpu_count()}\n", flush=True)

@@ -1,4 +1,4 @@
-"""Protocol B (spec pathwise.md §7): accuracy of posterior draws against the exact GP.
+"""Protocol B: accuracy of posterior draws against the exact GP.
 
 Set-up (d = 1, default): n = 1000 training inputs X ~ U(0, 1), y = sin(4 pi x) + noise,
 kernel ``ConstantKernel(1.0, "fixed") * Matern(0.1, "fixed", nu=2.5) + WhiteKernel(1e-2,

@@ -1,4 +1,4 @@
-"""Issue 32, ``PathwiseGPClassifier``: exact mode against scikit-learn, sparse mode against
+"""``PathwiseGPClassifier``: exact mode against scikit-learn, sparse mode against
 the exact model, GPyTorch's SVGP and BoTorch's pathwise draws.
 
 One thread, float64.  Data are split 75/25 (stratified, ``random_state=0``) and
@@ -434,7 +434,7 @@ def main():
             lines.append(f"{part}: skipped (pip install -e '.[bench]' for GPyTorch, BoTorch)")
             continue
         lines += globals()[f"part_{part.replace('-', '_')}"](args, memo)
-    C.finish("Issue 32 targets", lines)
+    C.finish("Targets", lines)
 
 
 if __name__ == "__main__":

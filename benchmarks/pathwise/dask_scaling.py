@@ -1,4 +1,4 @@
-"""Issue 15: distributed sparse fitting and scoring on Dask, 1 worker against 2.
+"""Distributed sparse fitting and scoring on Dask, 1 worker against 2.
 
 A ``PathwiseGPSampler`` sparse fit (d = 8, m = 256, ``max_iter`` L-BFGS iterations so every
 configuration takes the same steps) on ``--n-fit`` rows generated on the workers, and

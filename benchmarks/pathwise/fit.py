@@ -1,4 +1,4 @@
-""""Fitting" protocol (spec pathwise.md §7): hyperparameter fitting against scikit-learn.
+""""Fitting" protocol: hyperparameter fitting against scikit-learn.
 
 Kernel ``ConstantKernel(1.0) * RBF(length_scale=np.ones(d)) + WhiteKernel(1.0)`` (ARD, the
 default bounds), ``normalize_y=True``, ``n_restarts_optimizer=0`` on both sides: one

@@ -1,4 +1,4 @@
-"""Issue 33, robust and heteroscedastic regression: ``PathwiseGPSampler(likelihood=...)`` against
+"""Robust and heteroscedastic regression: ``PathwiseGPSampler(likelihood=...)`` against
 the Gaussian model and GPyTorch's Student-t SVGP.
 
 One thread, float64.  Every model of ours is sparse (``n_inducing=m``, inducing inputs by the
@@ -53,7 +53,7 @@ Parts (``--parts``, comma-separated; all by default):
   by about 1e-3 per epoch while the RMSE is already below the converged 100 000-row fit's),
   hence the cap.  Targets: < 600 s, < 2 GB.  ``--device cuda`` gives the GPU row.
 
-A model that cannot be built or fitted (``likelihood=`` before issue 33 lands, or a failure)
+A model that cannot be built or fitted (an skgpx without ``likelihood=``, or a failure)
 shows its error in its row and its verdicts say "no result"; nothing is filled in.
 
 Usage::
@@ -122,8 +122,7 @@ def heteroscedastic_model(d, m, seed):
 def explain(error):
     """The error of a failed row, with a hint when it is the missing ``likelihood=`` option."""
     if "unexpected keyword argument 'likelihood'" in error:
-        return ("not available: PathwiseGPSampler has no likelihood= option in this skgpx "
-                "(issue 33)")
+        return "not available: PathwiseGPSampler has no likelihood= option in this skgpx"
     return error
 
 
@@ -531,7 +530,7 @@ def main():
     lines, memo = [], {}
     for part in parts:
         lines += globals()[f"part_{part}"](args, memo)
-    C.finish("Issue 33 targets", lines)
+    C.finish("Targets", lines)
 
 
 if __name__ == "__main__":

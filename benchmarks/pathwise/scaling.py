@@ -1,4 +1,4 @@
-"""Protocol A / A' (spec pathwise.md §7): cost of S posterior draws at n* query points.
+"""Protocol A / A': cost of S posterior draws at n* query points.
 
 Default (headline, protocol A'): d = 2, fixed kernel
 ``ConstantKernel(1.0, "fixed") * Matern(0.5, "fixed", nu=2.5) + WhiteKernel(1e-2, "fixed")``,
@@ -349,7 +349,7 @@ def print_config_table(args, n, n_star, S, rows):
 
 
 def check_targets(args, results):
-    """PASS/MISS lines for the issue's targets (when their configuration was run)."""
+    """PASS/MISS lines for the targets (when their configuration was run)."""
     lines = []
 
     def get(n, n_star, method):
@@ -391,7 +391,7 @@ def check_targets(args, results):
                          f"imports; {C.fmt_bytes(peak - ours['baseline_rss'])} above "
                          "the post-set-up RSS)")
     if lines:
-        print("Targets (first pathwise issue), measured in this run:")
+        print("Targets, measured in this run:")
         for line in lines:
             print("  " + line)
         print(flush=True)

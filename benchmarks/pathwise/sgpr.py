@@ -1,4 +1,4 @@
-"""Issue 14, sparse mode of ``PathwiseGPSampler``: SGPR fit, sparse draws, draw accuracy.
+"""Sparse mode of ``PathwiseGPSampler``: SGPR fit, sparse draws, draw accuracy.
 
 One thread, float64, kernel ``ConstantKernel() * RBF(np.ones(d)) + WhiteKernel()`` (RBF ARD
 with an output scale and a learnt noise; GPyTorch/BoTorch: ``ScaleKernel(RBFKernel(
@@ -28,7 +28,7 @@ Part "fit" (n = 200 000, d = 10, m = 256):
   bound per row, while ours stores the bound itself (``log_marginal_likelihood_value_``,
   normalised-y units like sklearn's LML).  We compare ELBO/n = ours / n against
   GPyTorch's ``mll(...)`` value, and check both scalings against an independent chunked
-  numpy evaluation of the bound (spec section 2.3) at the start and at each method's
+  numpy evaluation of the bound (Titsias, AISTATS 2009) at the start and at each method's
   final hyperparameters.
 * Then n = 1 000 000, ours only: fit time and peak RSS of the child (target < 2 GB).
 
@@ -43,14 +43,14 @@ same Z, the same kernel hyperparameters and our q(u) = N(q_mu_, q_sqrt_ q_sqrt_^
 the Cholesky factor BoTorch itself uses), built and evaluated under ``torch.no_grad()``,
 output mapped back to y units like ours: time ratio (target ours >= 3x faster).
 
-Part "w2" (accuracy, spec protocol B for the sparse posterior): friedman1 n = 2000,
+Part "w2" (accuracy, protocol B of ``accuracy.py`` for the sparse posterior): friedman1 n = 2000,
 y standardised by the script, fixed kernel ``ConstantKernel(1.0) * RBF([1]*5 + [4]*5) +
 WhiteKernel(0.05)`` (all fixed), m = 64 inducing points (our k-means++ choice,
 ``n_inducing=64, random_state=0``), n* = 64 query points (48 in [0, 1]^10, 16 in
 [-0.5, 1.5]^10), S = 2000 draws, 5 seeds.  Reference: the sparse posterior with the
 SGPR-optimal q(u), mean k(.,Z) Kzz^-1 mu_u and covariance k - Q + k(.,Z) Kzz^-1 S_u
-Kzz^-1 k(Z,.), computed densely in numpy (spec 2.3).  W2, max |z| of the mean and
-max |v_hat/v - 1| come from ``pathwise/accuracy.py`` (imported).  Rows: the MC floor
+Kzz^-1 k(Z,.), computed densely in numpy (Titsias, AISTATS 2009).  W2, max |z| of the mean and
+max |v_hat/v - 1| come from ``_fits.draw_metrics``.  Rows: the MC floor
 (S exact Gaussian draws), ours shared basis (F = 1024), ours ``shared_basis=False``, and
 BoTorch at the same F and m with our q(u).  Targets: W2(ours shared) <= W2(BoTorch);
 W2(ours independent) <= 1.5 x floor.
@@ -141,7 +141,7 @@ def sparse_available():
     return "n_inducing" in PathwiseGPSampler().get_params()
 
 
-# ---------------------------------------------------------------- numpy reference (spec 2.3)
+# ---------------------------------------------------------------- numpy reference (Titsias' bound)
 
 
 def _rbf(amplitude, length_scale, A, B):
@@ -153,7 +153,8 @@ def _rbf(amplitude, length_scale, A, B):
 def collapsed_elbo(X, y, Z, amplitude, length_scale, noise, chunk=20_000):
     """Titsias' collapsed bound log N(y|0, Q + s2 I) - tr(K - Q)/(2 s2), chunked numpy.
 
-    The stable form of spec 2.3 (no jitter: Kzz is factorised as given)."""
+    In its stable form, through the Cholesky factors of Kzz and I + A A^T with
+    A = L^-1 Kzx / sigma (no jitter: Kzz is factorised as given)."""
     m, n = Z.shape[0], X.shape[0]
     L = np.linalg.cholesky(_rbf(amplitude, length_scale, Z, Z))
     AAt, Ay, sigma = np.zeros((m, m)), np.zeros(m), np.sqrt(noise)
@@ -170,7 +171,7 @@ def collapsed_elbo(X, y, Z, amplitude, length_scale, noise, chunk=20_000):
 
 
 def optimal_q(X, y, Z, amplitude, length_scale, noise):
-    """SGPR-optimal q(u) = N(mu, R R^T): mu = L LB^-T c, R = L LB^-T (spec 2.3)."""
+    """SGPR-optimal q(u) = N(mu, R R^T): mu = L LB^-T c, R = L LB^-T (Titsias, 2009)."""
     m = Z.shape[0]
     L = np.linalg.cholesky(_rbf(amplitude, length_scale, Z, Z))
     A = scipy.linalg.solve_triangular(L, _rbf(amplitude, length_scale, Z, X),
@@ -715,7 +716,7 @@ def report_fit(args, res, lines):
         "ELBO/n (own): ours = log_marginal_likelihood_value_ / n; GPyTorch = its "
         "ExactMarginalLogLikelihood value (already divided by n); the target is on these",
         "each final point re-evaluated: 'ours' objective' = our log_marginal_likelihood(theta) "
-        "/ n (Kzz + jitter * mean(diag) I); 'numpy, no jitter' = the bound of spec 2.3 in "
+        "/ n (Kzz + jitter * mean(diag) I); 'numpy, no jitter' = Titsias' bound in "
         "numpy with Kzz factorised as given (what GPyTorch computes when its Cholesky needs "
         "no jitter)",
         "evals: ours = objective evaluations (objective_history_), GPyTorch = loss "
@@ -869,7 +870,7 @@ def report_w2(args, rec, lines):
              f"unit cube, 16 outside), S={args.w2_S}, {args.seeds} seeds; fixed kernel "
              f"{W2_AMPLITUDE} * RBF({W2_LENGTH_SCALES}) + White({W2_NOISE})",
              "reference: the sparse posterior with the SGPR-optimal q(u), dense numpy "
-             f"(spec 2.3): variances in [{prob['var_min']:.3g}, {prob['var_max']:.3g}], "
+             f"(Titsias' optimal q): variances in [{prob['var_min']:.3g}, {prob['var_max']:.3g}], "
              f"trace {prob['trace']:.3g}",
              "W2 between N(mean, cov) of the draws and the reference; MC floor = W2 of S "
              "exact Gaussian draws (same S, same seeds); s / seed = seconds per set of S draws"]
@@ -958,7 +959,7 @@ def main(argv=None):
         return
     args = parse_args(argv)
     args.sparse = sparse_available()
-    C.print_header("pathwise/sgpr.py  -  issue 14: sparse fit, sparse draws, draw accuracy",
+    C.print_header("pathwise/sgpr.py  -  sparse fit, sparse draws, draw accuracy",
                    args, extra=("gpytorch", "botorch", "linear_operator"))
     print(f"load average at start: {C.load_average()}")
     if not args.sparse:
@@ -980,7 +981,7 @@ def main(argv=None):
             report_w2(args, results["w2"], lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    C.finish("Targets (issue 14, sparse)", lines)
+    C.finish("Targets (sparse mode)", lines)
     write_json(args.json, results)
 
 

@@ -1,4 +1,4 @@
-"""Issue 32: is the sparse softmax fit's underconfidence on digits its approximation's?
+"""Is the sparse softmax fit's underconfidence on digits its approximation's?
 
 The fit (accuracy 0.971, mean confidence 0.921, ECE 0.050) is underconfident; each part
 removes one approximation and asks whether the confidence moves.
@@ -313,7 +313,7 @@ def main():
                   f"(Laplace: also two shorter length scales)", HEADERS, rows,
                   notes=["bound: the ELBO (sparse, full-rank and q(v) rows); for the Laplace "
                          "rows the Laplace approximation of log p(y), not a bound"])
-    C.finish("Issue 32, softmax calibration", lines)
+    C.finish("Softmax calibration", lines)
 
 
 if __name__ == "__main__":

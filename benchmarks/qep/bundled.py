@@ -1,9 +1,9 @@
-"""Bundled substitutes for the paper's UCI tables (spec ``deep_qep.md`` §5): deep Q-EP
+"""Bundled substitutes for the paper's UCI tables: deep Q-EP
 regression and classification on scikit-learn's bundled data sets against scikit-learn's
 exact GPs.
 
 The paper's Table 1 (UCI regression) and Table 2 (UCI classification) need downloads and far
-more compute than two CPU cores; spec §5 names these bundled stand-ins instead:
+more compute than two CPU cores; these bundled stand-ins replace them:
 
 * regression: ``load_diabetes`` (442 x 10, one output), ``load_linnerud`` (20 x 3, three outputs);
 * classification: ``load_breast_cancer`` (binary, like haberman), ``load_wine`` and ``load_iris``
@@ -15,7 +15,7 @@ stratified for classification), inputs scaled to [-1, 1] by ``MinMaxScaler((-1, 
 the training part inside a ``Pipeline`` (as the authors scale their UCI inputs).  Models:
 
 * ``QEP q=1``, ``QEP q=2`` (q = 2 is our deep GP): ``DeepQEPRegressor`` / ``DeepQEPClassifier``
-  with the authors' UCI settings (spec §2): ``hidden_dims=(3,)`` for regression and ``(10,)``
+  with the authors' UCI settings: ``hidden_dims=(3,)`` for regression and ``(10,)``
   for classification, ``n_inducing=128`` (the estimator caps it at the training size, so
   linnerud gets M = 16), Matérn-1.5 ARD, ``lr=0.01``, ``batch_size=1024`` (digits: 2
   mini-batches per epoch, every other set one), ``n_mc_samples=10``, ``tol=None`` (exactly
@@ -35,10 +35,10 @@ all, so q = 1 and q = 2 stay comparable), about 9 minutes in all.  At lr 0.01 an
 epoch (two on digits) that is a short schedule; the column "dloss" (training loss 10 % of the
 epochs before the end minus the final loss, per row) shows how far from converged each fit
 still was.  For q < 2 the authors' KL term (``bound="authors"``) is not a divergence: it
-decreases below zero as the inducing covariances grow towards ``S = M^(1/q - 1/2) I`` (spec
-§3.4), so q = 1 training losses go negative and keep falling; dloss then mixes fit and this
-drift.  ``--epochs 1000 --datasets diabetes,linnerud,wine,iris`` (about 6 min) gives the
-authors' epoch count on the small sets.
+decreases below zero as the inducing covariances grow towards ``S = M^(1/q - 1/2) I``
+(``doc/design_notes.rst``), so q = 1 training losses go negative and keep falling; dloss then
+mixes fit and this drift.  ``--epochs 1000 --datasets diabetes,linnerud,wine,iris`` (about
+6 min) gives the authors' epoch count on the small sets.
 
 Metrics on the 20 % test part, original units: regression RMSE (pooled over outputs), R2
 (``r2_score``, uniform average over outputs) and the mean total-variance predictive std
