@@ -36,7 +36,8 @@ ratios ARD / sDRD and RidgeCV / sDRD of each seed and their minimum.
 Target (PASS/MISS): sDRD coefficient MSE at least 20x below ARDRegression and below RidgeCV on
 every seed of ``bumps`` and ``bumps2d``.  Further thresholds are printed with PASS/MISS too:
 ``bumps``: DRD <= ARD / 3, sDRD < ASD-like on every seed, sDRD support AUC >= 0.9, sDRD noise
-variance within a factor 1.5 of the truth; ``bumps2d``: AUC >= 0.9; ``dense``: sDRD <= 1.5 x ASD-like and <= RidgeCV / 20.
+variance within a factor 1.5 of the truth; ``bumps2d``: AUC >= 0.9; ``dense``: sDRD <= 1.5 x
+ASD-like and <= RidgeCV / 20.
 
 Usage::
 
