@@ -16,11 +16,14 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from skgpx.dkp._model import DKPConfig
 from skgpx.dkp._sparse_lbfgs import Packing
-from skgpx.dkp._sparse_model import SparseDKPState, prior_mean_grams, reference_objective
+from skgpx.dkp._sparse_model import SparseDKPState
+from skgpx.dkp._sparse_model import prior_mean_grams
+from skgpx.dkp._sparse_model import reference_objective
 from skgpx.pathwise._likelihoods import Bernoulli
 from skgpx.pathwise._sparse import Rows
 from skgpx.pathwise._svgp import WhitenedQ
-from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW, SVGPMode
+from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW
+from skgpx.pathwise._svgp_fit import SVGPMode
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -36,7 +36,10 @@ import torch
 
 from skgpx.dkp._model import Breakdown
 from skgpx.dkp._sparse_lbfgs import Packing
-from skgpx.dkp._sparse_model import SparseFit, coincidence, inducing_blocks, propagate_rows
+from skgpx.dkp._sparse_model import SparseFit
+from skgpx.dkp._sparse_model import coincidence
+from skgpx.dkp._sparse_model import inducing_blocks
+from skgpx.dkp._sparse_model import propagate_rows
 from skgpx.dkp._sparse_pass import objective_value
 
 __all__ = ["AdamFit", "adam_fit", "collapsed_q", "uncollapsed_bound"]

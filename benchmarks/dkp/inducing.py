@@ -62,11 +62,13 @@ import numpy as np
 import torch
 
 from skgpx import DeepKernelProcessRegressor
-from skgpx.dkp import _sparse_pass
-from skgpx.dkp._sparse_model import (
-    SparseDKPState, inducing_blocks, prior_mean_grams, propagate_rows,
-)
-from skgpx.pathwise._sparse import Rows, initial_inducing_points
+import skgpx.dkp._sparse_pass as _sparse_pass
+from skgpx.dkp._sparse_model import SparseDKPState
+from skgpx.dkp._sparse_model import inducing_blocks
+from skgpx.dkp._sparse_model import prior_mean_grams
+from skgpx.dkp._sparse_model import propagate_rows
+from skgpx.pathwise._sparse import Rows
+from skgpx.pathwise._sparse import initial_inducing_points
 
 N_TEST = 10_000
 N_PREDICT = 1_000_000

@@ -200,7 +200,8 @@ class Problem:
 
     def predict(self, state):
         """Predictive mean at the test inputs on the original y scale."""
-        from skgpx.dkp._predict import build_prediction_cache, propagate
+        from skgpx.dkp._predict import build_prediction_cache
+        from skgpx.dkp._predict import propagate
 
         with torch.no_grad():
             cache = build_prediction_cache(self.config, state)

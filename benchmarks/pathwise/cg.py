@@ -396,7 +396,8 @@ def part_switch(args):
 
 
 def report_switch(args, res, lines):
-    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION, CHOLESKY_BUFFERS
+    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION
+    from skgpx.pathwise._exact_solver import CHOLESKY_BUFFERS
 
     available = res["available"]
     headers = ["n", "chol fit s", "cg fit s", "cg iters", "fit chol/cg", "chol predict+draws s",

@@ -184,7 +184,7 @@ def adam_on_q(active):
     (``_adam_q.AdamQSVGP``), everything else unchanged."""
     from _adam_q import AdamQSVGP
 
-    from skgpx.pathwise import _classifier_sparse
+    import skgpx.pathwise._classifier_sparse as _classifier_sparse
 
     engine = _classifier_sparse.SVGPMode
     if active:

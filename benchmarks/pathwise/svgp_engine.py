@@ -37,7 +37,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from skgpx.pathwise._likelihoods import Bernoulli
-from skgpx.pathwise._sparse import Rows, initial_inducing_points
+from skgpx.pathwise._sparse import Rows
+from skgpx.pathwise._sparse import initial_inducing_points
 from skgpx.pathwise._svgp_fit import SVGPMode
 
 
