@@ -13,7 +13,7 @@ from skgpx.pathwise._svgp_fit import SVGPMode
 
 class MomentQ:
     """``q(v_c) = N(m_c, R_c R_c^T)`` in moment parameters (``raw``: the unconstrained lower
-    triangle of ``R``, log-diagonal), with what the SVGP bound reads of a ``WhitenedQ``:
+    triangle of ``R``, softplus on the diagonal), with what the SVGP bound reads of a ``WhitenedQ``:
     ``mean``, ``root``, ``covariance``, ``excess = S - I`` and the KL to ``N(0, I)``."""
 
     def __init__(self, mean, raw):
