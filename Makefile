@@ -78,7 +78,7 @@ docs-clean:
 	rm -rf doc/_build doc/auto_examples doc/generated doc/sg_execution_times.rst
 
 bench: install-bench
-	set -e; for f in $(sort $(wildcard benchmarks/*.py)); do echo "== $$f"; $(PY) $$f; done
+	set -e; for f in $(sort $(wildcard benchmarks/*/[a-z]*.py)); do echo "== $$f"; $(PY) $$f; done
 
 clean:
 	rm -rf build demo_output benchmarks/results .pytest_cache *.egg-info

@@ -19,7 +19,7 @@ It also holds the small machinery the scripts share:
 * :func:`format_table` / :func:`print_table` print aligned text tables;
 * :func:`recorded`, :func:`failure_notes`, :func:`rotated`, :func:`parse_choices` and
   :func:`load_average` serve the scripts that fit several models per seed in one process
-  (``dkp_table1.py``, ``qep_*.py``);
+  (``dkp/table1.py``, ``qep/*.py``);
 * :class:`Timer` and :func:`best_seconds` time code in this process; :func:`available`
   says whether optional peers (GPyTorch, BoTorch) can be imported.
 

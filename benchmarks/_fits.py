@@ -13,7 +13,12 @@ script: it pins the threads before numpy is loaded)::
   :func:`nanmean`, :func:`mean_se`, :func:`paired` (differences per seed or split, with the
   one standard-error convention of every benchmark: the sample standard deviation, ddof=1,
   over sqrt(n)), :func:`slope` (least squares in log-log), :func:`rmse`,
-  :func:`gaussian_nll`;
+  :func:`gaussian_nll`; of posterior draws against a Gaussian: :func:`draw_metrics` (W2,
+  largest z-score of the mean, variance ratio; :func:`w2_gaussian`, :func:`sym_sqrt`) and
+  :func:`floor_draws` (its Monte-Carlo floor); :func:`classification_scores` (accuracy,
+  log-loss, ECE);
+* classification data: :func:`classification_split`, :func:`bundled_classification`,
+  :func:`rbf_classifier_kernel`;
 * formatting: :func:`fmt_num`, :func:`pm` / :func:`fmt_pm` ("mean ± s.e."),
   :func:`fmt_mean_sd` ("mean +- sd");
 * outputs: :func:`add_output_arguments` (``--json`` / ``--csv``, by default
@@ -25,8 +30,7 @@ script: it pins the threads before numpy is loaded)::
   load at the end).  Their records (one dict per fit) carry ``"error"`` (None or the error
   text) and ``"warnings"`` (see ``_common.recorded``).
 
-Running this file directly does nothing except print what it is (``make bench`` runs every
-``benchmarks/*.py``).
+Running this file directly does nothing except print what it is.
 """
 
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
@@ -104,6 +108,84 @@ def rmse(y_true, y_pred):
 def gaussian_nll(y, mean, std):
     """Mean per-point ``-log N(y; mean, std^2)``."""
     return float(np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y - mean) / std) ** 2))
+
+
+def sym_sqrt(A):
+    """The symmetric square root of a PSD matrix (negative eigenvalues clipped to 0)."""
+    lam, U = np.linalg.eigh(0.5 * (A + A.T))
+    return (U * np.sqrt(np.clip(lam, 0.0, None))) @ U.T
+
+
+def w2_gaussian(m_hat, C_hat, m, C, C_half=None):
+    """2-Wasserstein distance between N(m_hat, C_hat) and N(m, C)."""
+    C_half = sym_sqrt(C) if C_half is None else C_half
+    M = C_half @ C_hat @ C_half
+    mu = np.linalg.eigvalsh(0.5 * (M + M.T))
+    cross = np.sqrt(np.clip(mu, 0.0, None)).sum()
+    w2sq = np.sum((m_hat - m) ** 2) + np.trace(C_hat) + np.trace(C) - 2.0 * cross
+    return float(np.sqrt(max(w2sq, 0.0)))
+
+
+def draw_metrics(draws, m, C, C_half):
+    """Of ``draws`` (n*, S) against N(m, C): the W2 of their sample moments, the largest
+    z-score of their mean and the largest relative error of their variances."""
+    S = draws.shape[1]
+    m_hat = draws.mean(1)
+    C_hat = np.cov(draws)
+    v = np.diag(C)
+    return {
+        "w2": w2_gaussian(m_hat, C_hat, m, C, C_half),
+        "z": float(np.max(np.abs(m_hat - m) / np.sqrt(v / S))),
+        "var": float(np.max(np.abs(np.diag(C_hat) / v - 1.0))),
+    }
+
+
+def floor_draws(m, C_half, S, seed):
+    """S exact draws (n*, S) of N(m, C_half^2): the Monte-Carlo floor of
+    :func:`draw_metrics`."""
+    z = np.random.default_rng(10_000 + seed).standard_normal((m.shape[0], S))
+    return m[:, None] + C_half @ z
+
+
+def classification_scores(y, proba, classes):
+    """Accuracy, log-loss and the 15-bin top-label ECE of ``skgpx.metrics``."""
+    from sklearn.metrics import log_loss
+
+    from skgpx.metrics import expected_calibration_error
+
+    return {"accuracy": float(np.mean(classes[np.argmax(proba, 1)] == y)),
+            "log_loss": float(log_loss(y, proba, labels=classes)),
+            "ece": float(expected_calibration_error(y, proba, labels=classes))}
+
+
+# ---------------------------------------------------------------- classification data
+
+
+def classification_split(X, y, train_size=None, test_size=0.25, seed=0):
+    """A stratified split, standardised on the training rows."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    Xtr, Xte, ytr, yte = train_test_split(X, y, train_size=train_size, test_size=test_size,
+                                          stratify=y, random_state=seed)
+    scaler = StandardScaler().fit(Xtr)
+    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
+
+
+def bundled_classification(name):
+    """Breast cancer, iris or digits, split 75/25 by :func:`classification_split`."""
+    from sklearn import datasets
+
+    loader = {"breast_cancer": datasets.load_breast_cancer, "iris": datasets.load_iris,
+              "digits": datasets.load_digits}[name]
+    return classification_split(*loader(return_X_y=True))
+
+
+def rbf_classifier_kernel(d):
+    """The classification benchmarks' kernel, ``ConstantKernel() * RBF(sqrt(d))``."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    return ConstantKernel() * RBF(np.sqrt(d))
 
 
 # ---------------------------------------------------------------- formatting

@@ -35,23 +35,23 @@ step tests 120 25 "$py" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly \
     tests/pathwise/test_functions.py tests/dkp/test_estimator.py tests/dkp/test_riccati.py \
     tests/dkp/test_sparse_estimator.py \
     tests/qep/test_estimator.py tests/kepsvgp/test_estimator.py tests/drd/test_estimator.py
-# the inducing-point DKP (issue 34): its solvers against Adam at P = 100 000, m = 256, and the
+# the inducing-point DKP: its solvers against Adam at P = 100 000, m = 256, and the
 # 1e6-row prediction
-step dkp_sparse 270 30 "$py" benchmarks/dkp_sparse.py --device cuda --methods newton,auto,lbfgs,adam \
+step dkp_sparse 270 30 "$py" benchmarks/dkp/inducing.py --device cuda --methods newton,auto,lbfgs,adam \
     --adam-lrs 1e-2 --max-minutes 1 --max-passes 400 --parts fit,predict
-step classifier 200 40 "$py" benchmarks/pathwise_classifier.py --device cuda \
+step classifier 200 40 "$py" benchmarks/pathwise/classifier.py --device cuda \
     --parts gpytorch,scale,draws --cutoff 150
-step robust 200 15 "$py" benchmarks/pathwise_robust.py --device cuda --parts scale --cutoff 180
-step pathwise_scaling 150 30 "$py" benchmarks/pathwise_scaling.py --device cuda \
+step robust 200 15 "$py" benchmarks/pathwise/robust.py --device cuda --parts scale --cutoff 180
+step pathwise_scaling 150 30 "$py" benchmarks/pathwise/scaling.py --device cuda \
     --configs 2000x8000,1000x100000 --methods numpy-chol,ours,botorch --repeats 3 --cutoff 45
-step pathwise_cg 80 30 "$py" benchmarks/pathwise_cg.py --device cuda --ranks 100 --cutoff 60 \
+step pathwise_cg 80 30 "$py" benchmarks/pathwise/cg.py --device cuda --ranks 100 --cutoff 60 \
     --parts scale,oracle
-step dkp 80 25 "$py" benchmarks/dkp_vs_adam.py --device cuda --dataset diabetes \
+step dkp 80 25 "$py" benchmarks/dkp/vs_adam.py --device cuda --dataset diabetes \
     --lrs 0.03,0.01 --adam-budget 25 --repeats 2 --reference-sweeps 30
-step qep 60 25 "$py" benchmarks/qep_bundled.py --device cuda --datasets breast_cancer,digits \
+step qep 60 25 "$py" benchmarks/qep/bundled.py --device cuda --datasets breast_cancer,digits \
     --models q1,q2 --epochs 50
-step kepsvgp 45 30 "$py" benchmarks/kepsvgp_timing.py --device cuda --cutoff 10
+step kepsvgp 45 30 "$py" benchmarks/kepsvgp/timing.py --device cuda --cutoff 10
 # basis="dense" is left out: at p = 256 it needs 33 iterations and more than 40 s on an H200
 # (43 s on one CPU thread), overhead-bound at that size on either device.
-step drd 100 25 "$py" benchmarks/drd_scale.py --device cuda --grids 32,64 --basis fourier \
+step drd 100 25 "$py" benchmarks/drd/scale.py --device cuda --grids 32,64 --basis fourier \
     --repeats 1 --cutoff 60

@@ -74,7 +74,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         kernels, whose derivative is not finite on the diagonal.  On
         make_friedman1 (d = 6, 20 splits) the joint steps shrink the weakly
         relevant inputs and raise the test log-likelihood over ``objective='gp'``
-        (``benchmarks/dkp_table1.py``).
+        (``benchmarks/dkp/table1.py``).
     input_scale_every : int, default=3
         Take the joint steps on sweeps ``1, 1 + k, 1 + 2k, ...`` only (``k`` =
         ``input_scale_every``; 1: every sweep).  The first joint step moves ``Omega``
@@ -86,7 +86,7 @@ class DeepKernelProcessRegressor(MultiOutputMixin, RegressorMixin, TorchEstimato
         ``G_L``]: large values pin a layer to its prior mean (a GP with a composed
         kernel), small values let it learn a representation and overfit sooner (the
         noise variance collapses).  Unused by ``objective='gp'``.  The default comes
-        from the dof sweep of ``benchmarks/dkp_table1.py`` (20 random splits, 10
+        from the dof sweep of ``benchmarks/dkp/table1.py`` (20 random splits, 10
         sweeps): 100 had the best test log-likelihood on make_friedman1 and was within
         0.002 nats of the best (1000) on diabetes, while 20 lost 0.8 nats per point on
         make_friedman1 and 2-10 lost more on both.

@@ -37,7 +37,7 @@ SLOW_FIT_SECONDS = 60.0
 # iterations assumed before the solve starts: a lower bound of what a solve to
 # cg_tol=1e-4 takes with a pivoted-Cholesky preconditioner (13-24 on 2000-10 000 rows of
 # a smooth 2-D problem, 40 on 50 000, 102-149 on 3000-6000 rows of a rougher 3-D one;
-# benchmarks/pathwise_cg.py), so that the estimate made before the first iteration
+# benchmarks/pathwise/cg.py), so that the estimate made before the first iteration
 # does not warn without reason
 MIN_EXPECTED_ITERATIONS = 10
 # from this iteration on, the remaining iterations are projected from the residuals;

@@ -1,6 +1,6 @@
 """Cost of ``DeepKernelProcessRegressor.fit``: wall time, achieved flop rate, scaling in P.
 
-Three measurements, float64 on ONE CPU thread (spec ``dkp.md`` §15 puts a sweep at
+Three measurements, float64 on ONE CPU thread (the design's estimate of a sweep:
 about 20-30 P^3 flops per hidden layer):
 
 1. **The limit**: the machine's float64 matmul rate, ``torch.mm`` of two n x n
@@ -42,16 +42,20 @@ profiles the P = 500 fit and prints no P = 1000 headline verdict.
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_cost.py --quick                    # about 1 min
-    .venv/bin/python benchmarks/dkp_cost.py --json benchmarks/results/dkp_cost.json
+    .venv/bin/python benchmarks/dkp/cost.py --quick                    # about 1 min
+    .venv/bin/python benchmarks/dkp/cost.py --json benchmarks/results/dkp_cost.json
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import math
-import os
 import re
 import time
 import warnings
@@ -401,7 +405,7 @@ def report_profile(P, rec, limit, headline):
     print(title)
     print(f"  wall time (unprofiled fit):      {wall:.2f} s")
     print(f"  flops (model, eigh = {EIGH_FACTOR:g} n^3):     {total * 1e-9:.2f} GFLOP"
-          f"  (= {per_unit:.1f} P^3 per sweep per hidden layer; spec §15 estimate 20-30)")
+          f"  (= {per_unit:.1f} P^3 per sweep per hidden layer; the design's estimate 20-30)")
     print(f"  flops with eigh = {EIGH_FACTOR_GVL:g} n^3 (GVL):   {gvl_total * 1e-9:.2f} GFLOP")
     print(f"  achieved rate:                   {achieved:.2f} GFLOP/s = "
           f"{achieved / limit:.1%} of the matmul limit {limit:.2f} GFLOP/s "
@@ -515,7 +519,7 @@ def main(argv=None):
     args.budget = args.cutoff if args.budget is None else args.budget
     headline = HEADLINE_P in sizes and not args.quick
     profile_p = HEADLINE_P if headline else max(sizes)
-    C.print_header("dkp_cost.py  -  DeepKernelProcessRegressor fit cost: wall time, GFLOP/s, "
+    C.print_header("dkp/cost.py  -  DeepKernelProcessRegressor fit cost: wall time, GFLOP/s, "
                    "scaling in P (float64, one CPU thread)", args)
 
     print("  timing torch.mm ...", flush=True)

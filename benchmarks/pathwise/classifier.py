@@ -1,4 +1,4 @@
-"""Issue 32, ``PathwiseGPClassifier``: exact mode against scikit-learn, sparse mode against
+"""``PathwiseGPClassifier``: exact mode against scikit-learn, sparse mode against
 the exact model, GPyTorch's SVGP and BoTorch's pathwise draws.
 
 One thread, float64.  Data are split 75/25 (stratified, ``random_state=0``) and
@@ -47,24 +47,31 @@ Parts (``--parts``, comma-separated; all by default):
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_classifier.py                      # everything
-    .venv/bin/python benchmarks/pathwise_classifier.py --parts exact,sparse
-    .venv/bin/python benchmarks/pathwise_classifier.py --quick              # smoke run
-    .venv/bin/python benchmarks/pathwise_classifier.py --device cuda --parts scale,draws
-    .venv/bin/python benchmarks/pathwise_classifier.py --parts default-scale
+    .venv/bin/python benchmarks/pathwise/classifier.py                      # everything
+    .venv/bin/python benchmarks/pathwise/classifier.py --parts exact,sparse
+    .venv/bin/python benchmarks/pathwise/classifier.py --quick              # smoke run
+    .venv/bin/python benchmarks/pathwise/classifier.py --device cuda --parts scale,draws
+    .venv/bin/python benchmarks/pathwise/classifier.py --parts default-scale
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+import _baselines as B
+from _fits import bundled_classification as bundled
+from _fits import classification_scores as scores
+from _fits import classification_split as split
+from _fits import rbf_classifier_kernel as kernel
 
 import argparse
 import contextlib
-import functools
-import os
 import time
 import warnings
 
 import numpy as np
-import torch
 
 SCRIPT = os.path.abspath(__file__)
 PARTS = ("exact", "sparse", "gpytorch", "scale", "softmax", "default-scale", "draws")
@@ -74,45 +81,11 @@ DEVICE = "cpu"
 # ---------------------------------------------------------------- data, kernels, scores
 
 
-def split(X, y, train_size=None, test_size=0.25, seed=0):
-    from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
-
-    Xtr, Xte, ytr, yte = train_test_split(X, y, train_size=train_size, test_size=test_size,
-                                          stratify=y, random_state=seed)
-    scaler = StandardScaler().fit(Xtr)
-    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
-
-
-def bundled(name):
-    from sklearn import datasets
-
-    loader = {"breast_cancer": datasets.load_breast_cancer, "iris": datasets.load_iris,
-              "digits": datasets.load_digits}[name]
-    return split(*loader(return_X_y=True))
-
-
 def synthetic(n, d=20, seed=0, train_size=None, test_size=0.25):
     from sklearn.datasets import make_classification
 
     X, y = make_classification(n_samples=n, n_features=d, random_state=seed)
     return split(X, y, train_size=train_size, test_size=test_size)
-
-
-def kernel(d):
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-
-    return ConstantKernel() * RBF(np.sqrt(d))
-
-
-def scores(y, proba, classes):
-    from sklearn.metrics import log_loss
-
-    from skgpx.metrics import expected_calibration_error
-
-    return {"accuracy": float(np.mean(classes[np.argmax(proba, 1)] == y)),
-            "log_loss": float(log_loss(y, proba, labels=classes)),
-            "ece": float(expected_calibration_error(y, proba, labels=classes))}
 
 
 def ours(**params):
@@ -198,82 +171,24 @@ def part_sparse(args, memo):
 # ---------------------------------------------------------------- part: GPyTorch
 
 
-def gpytorch_svgp(Xtr, Z, length_scale, ard=False, outputscale=None, frozen=False):
-    """GPyTorch's whitened SVGP with ``ScaleKernel(RBFKernel())`` at ``length_scale``
-    (one per feature with ``ard``) and ``outputscale`` (None: GPyTorch's start);
-    ``frozen``: the kernel's hyperparameters are not trained."""
-    import gpytorch
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, inducing):
-            q = gpytorch.variational.CholeskyVariationalDistribution(inducing.shape[0])
-            strategy = gpytorch.variational.VariationalStrategy(
-                self, inducing, q, learn_inducing_locations=True)
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ZeroMean()
-            base = gpytorch.kernels.RBFKernel(ard_num_dims=Xtr.shape[1] if ard else None)
-            self.covar_module = gpytorch.kernels.ScaleKernel(base)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    model = SVGP(torch.as_tensor(Z).clone())
-    model.covar_module.base_kernel.lengthscale = length_scale
-    if outputscale is not None:
-        model.covar_module.outputscale = outputscale
-    if frozen:
-        for parameter in model.covar_module.parameters():
-            parameter.requires_grad_(False)
-    likelihood = gpytorch.likelihoods.BernoulliLikelihood()
-    elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(Xtr))
-    return model, likelihood, elbo
-
-
 def train_gpytorch(Xtr, ytr, Xte, yte, Z, epochs, batch, lr, seed=0, **kernel):
-    """Adam on every trainable parameter, ``epochs`` passes; (seconds per epoch, scores per
-    epoch).  ``kernel``: ``gpytorch_svgp``'s options (default: length scale sqrt(d))."""
-    kernel.setdefault("length_scale", float(np.sqrt(Xtr.shape[1])))
-    model, likelihood, elbo = gpytorch_svgp(Xtr, Z, **kernel)
-    model, likelihood = model.to(DEVICE), likelihood.to(DEVICE)  # the same device as ours
-    trainable = [p for p in list(model.parameters()) + list(likelihood.parameters())
-                 if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=lr)
-    X = torch.as_tensor(Xtr, device=DEVICE)
-    y = torch.as_tensor(ytr, dtype=torch.float64, device=DEVICE)
-    generator = torch.Generator().manual_seed(seed)
-    seconds, per_epoch = [], []
-    for _ in range(epochs):
-        C.sync(DEVICE)
-        start = time.perf_counter()
-        order = torch.randperm(len(X), generator=generator).to(DEVICE)
-        for i in range(0, len(X), batch):
-            rows = order[i:i + batch]
-            optimizer.zero_grad()
-            loss = -elbo(model(X[rows]), y[rows])
-            loss.backward()
-            optimizer.step()
-        C.sync(DEVICE)
-        seconds.append(time.perf_counter() - start)
-        model.eval()
-        likelihood.eval()
-        with torch.no_grad():
-            p = likelihood(model(torch.as_tensor(Xte, device=DEVICE))).mean.cpu().numpy()
-        model.train()
-        likelihood.train()
-        per_epoch.append(scores(yte, np.column_stack([1 - p, p]), np.array([0, 1])))
-    return seconds, per_epoch
+    """GPyTorch's SVGP classifier, Adam on every trainable parameter, on our device:
+    (seconds per epoch, scores per epoch)."""
+    return B.train_gpytorch_svgp(Xtr, ytr, Xte, yte, Z, epochs, batch, lr, seed,
+                                 device=DEVICE, **kernel)
 
 
 @contextlib.contextmanager
 def adam_on_q(active):
     """The ablation: q(u) moved by Adam on its moment parameters instead of natural steps
-    (the engine's private ``q_update="adam"``), everything else unchanged."""
-    from skgpx.pathwise import _classifier_sparse
+    (``_adam_q.AdamQSVGP``), everything else unchanged."""
+    from _adam_q import AdamQSVGP
+
+    import skgpx.pathwise._classifier_sparse as _classifier_sparse
 
     engine = _classifier_sparse.SVGPMode
     if active:
-        _classifier_sparse.SVGPMode = functools.partial(engine, q_update="adam")
+        _classifier_sparse.SVGPMode = AdamQSVGP
     try:
         yield
     finally:
@@ -459,8 +374,6 @@ def part_default_scale(args, memo):
 
 
 def part_draws(args, memo):
-    import pathwise_sparse as PS
-
     n_query = 10_000 if args.quick else 100_000
     Xtr, _, ytr, _ = synthetic(20_000)
     est = ours(kernel=kernel(20), n_inducing=args.m, optimizer="adam", max_iter=2,
@@ -468,15 +381,14 @@ def part_draws(args, memo):
     Xq = np.random.default_rng(1).standard_normal((n_query, 20))
     amplitude = float(est.kernel_.k1.constant_value)
     length_scale = np.full(20, float(est.kernel_.k2.length_scale))
-    PS.DEVICE = DEVICE
-    model = PS.botorch_model(Xtr, est.inducing_points_, est.q_mu_[:, 0], est.q_sqrt_[0],
-                             amplitude, length_scale)
+    model = B.botorch_variational_gp(Xtr, est.inducing_points_, est.q_mu_[:, 0],
+                                     est.q_sqrt_[0], amplitude, length_scale, DEVICE)
 
     def run_ours():
         return est.sample_functions(64, random_state=0)(Xq)
 
     def run_botorch():
-        return PS.botorch_draw(model, Xq, 64, 1024, 0)[1]
+        return B.botorch_draws(model, Xq, 64, 1024, 0, DEVICE)[1]
 
     t_us = C.best_seconds(run_ours, args.repeats)
     t_bo = C.best_seconds(run_botorch, args.repeats)
@@ -522,7 +434,7 @@ def main():
             lines.append(f"{part}: skipped (pip install -e '.[bench]' for GPyTorch, BoTorch)")
             continue
         lines += globals()[f"part_{part.replace('-', '_')}"](args, memo)
-    C.finish("Issue 32 targets", lines)
+    C.finish("Targets", lines)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,17 @@ on ``q`` (the private ``q_update="adam"`` ablation).
 one-vs-rest on the L-BFGS-B route (inner loop with the whitened cross-covariances held,
 ``_svgp_inner``) and prints fit time, evaluations, inner passes, accuracy, log-loss, ECE.
 
-Usage: ``python benchmarks/svgp_engine.py [--n 100000] [--epochs 3] [--no-gpytorch]
+Usage: ``python benchmarks/pathwise/svgp_engine.py [--n 100000] [--epochs 3] [--no-gpytorch]
 [--digits [--m 256]]``
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common  # noqa: F401, I001  (first: pins the threads before numpy is imported)
+from _adam_q import AdamQSVGP
 
 import argparse
 import time
@@ -31,7 +37,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from skgpx.pathwise._likelihoods import Bernoulli
-from skgpx.pathwise._sparse import Rows, initial_inducing_points
+from skgpx.pathwise._sparse import Rows
+from skgpx.pathwise._sparse import initial_inducing_points
 from skgpx.pathwise._svgp_fit import SVGPMode
 
 
@@ -43,14 +50,16 @@ def data(n, d, seed=0):
 
 
 def ours(Xtr, ytr, Xte, yte, Z0, epochs, q_update="natgrad", tol=None):
+    """Our engine with natural steps on q (``q_update="natgrad"``) or, for the ablation,
+    Adam on its moment parameters (``"adam"``: ``_adam_q.AdamQSVGP``)."""
     d = Xtr.shape[1]
     kernel = ConstantKernel(1.0) * RBF(np.sqrt(d))
     rows = Rows(torch.tensor(Xtr), torch.tensor(ytr[:, None], dtype=torch.float64),
                 torch.zeros(len(Xtr), dtype=torch.float64))
     out = []
-    mode = SVGPMode(kernel, Bernoulli("logit"), optimizer="adam", max_iter=epochs, tol=tol,
-                    learning_rate=0.01, natgrad_step=0.1, minibatch_size=1024,
-                    q_update=q_update)
+    engine = AdamQSVGP if q_update == "adam" else SVGPMode
+    mode = engine(kernel, Bernoulli("logit"), optimizer="adam", max_iter=epochs, tol=tol,
+                  learning_rate=0.01, natgrad_step=0.1, minibatch_size=1024)
     mode.fit(rows, torch.tensor(Z0), np.random.RandomState(0))
     times = np.diff([0.0] + mode.epoch_end_seconds)
     proba = mode.predict_proba(torch.tensor(Xte)).numpy()
@@ -59,11 +68,11 @@ def ours(Xtr, ytr, Xte, yte, Z0, epochs, q_update="natgrad", tol=None):
 
 
 def gpytorch_epochs(Xtr, ytr, Xte, yte, Z0, epochs):
-    """GPyTorch's SVGP trained as ``pathwise_classifier.py`` trains it: (seconds per epoch,
+    """GPyTorch's SVGP trained as ``classifier.py`` trains it: (seconds per epoch,
     [(accuracy, log-loss)] per epoch)."""
-    from pathwise_classifier import train_gpytorch
+    from _baselines import train_gpytorch_svgp
 
-    seconds, per_epoch = train_gpytorch(Xtr, ytr, Xte, yte, Z0, epochs, 1024, 0.01)
+    seconds, per_epoch = train_gpytorch_svgp(Xtr, ytr, Xte, yte, Z0, epochs, 1024, 0.01)
     return np.array(seconds), [(s["accuracy"], s["log_loss"]) for s in per_epoch]
 
 

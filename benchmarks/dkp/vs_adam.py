@@ -1,6 +1,6 @@
-"""Point solver against Adam on the same objective (spec ``dkp.md`` §14, Fig. 1 analogue).
+"""Point solver against Adam on the same objective (the paper's Fig. 1 analogue).
 
-The seed's Fig. 1 claims that about ten solver sweeps do the work of thousands of
+The paper's Fig. 1 claims that about ten solver sweeps do the work of thousands of
 gradient steps.  This script measures that claim locally: it times
 ``DeepKernelProcessRegressor(max_iter=10).fit`` and then maximises exactly the same
 objective (:func:`skgpx.dkp._model.dkp_objective`, with the ``DKPConfig`` the
@@ -15,7 +15,7 @@ its own ``skgpx._base.column_standardisation``, which is what Adam sees too):
 * ``diabetes``: ``sklearn.datasets.load_diabetes``, P = 397 training points, d = 10;
 * ``friedman``: ``make_friedman1(n_samples=330, noise=0.5, random_state=seed)``, P = 297;
 * ``toy``: ``skgpx.datasets.make_dkp_toy(60, random_state=seed)`` as the training set
-  (P = 60, the prototype's size in §14) and a separate 200-point draw as test set.
+  (P = 60) and a separate 200-point draw as test set.
 
 Adam's parameterisation (every constraint is built in, so no projection is needed):
 
@@ -43,17 +43,22 @@ Timing (all in this one process, float64, one thread on CPU):
   seconds, at a non-finite objective or a failed Cholesky ("diverged"), or with
   ``--stop-at-target`` as soon as it reaches ``L*``.
 
-Target (spec §14): on diabetes, the solver is at least 10x faster than the best Adam
+Target: on diabetes, the solver is at least 10x faster than the best Adam
 run to the same objective.  When no Adam run reaches ``L*`` the ratio is a lower
 bound (the shortest non-diverged Adam run / solver time), printed with ">".
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_vs_adam.py --quick                  # toy, < 1 min
-    .venv/bin/python benchmarks/dkp_vs_adam.py --json benchmarks/results/dkp_vs_adam.json
-    .venv/bin/python benchmarks/dkp_vs_adam.py --dataset friedman --device cuda
+    .venv/bin/python benchmarks/dkp/vs_adam.py --quick                  # toy, < 1 min
+    .venv/bin/python benchmarks/dkp/vs_adam.py --json benchmarks/results/dkp_vs_adam.json
+    .venv/bin/python benchmarks/dkp/vs_adam.py --dataset friedman --device cuda
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 from _fits import rmse
@@ -96,7 +101,7 @@ def load_data(name, seed):
     if name == "toy":
         from skgpx.datasets import make_dkp_toy
 
-        # the training set is exactly make_dkp_toy(60) so P = 60 as in the spec's prototype;
+        # the training set is exactly make_dkp_toy(60), so P = 60;
         # an independent draw serves as test set
         X_train, y_train = make_dkp_toy(60, random_state=seed)
         X_test, y_test = make_dkp_toy(200, random_state=seed + 1000)
@@ -160,7 +165,7 @@ class Problem:
                         hidden_grams=list(hidden_grams), weights=list(weights), jitter=jitter)
 
     def prior_state(self, jitter):
-        """The solver's initial state (spec §9): Omega = I, prior-mean Grams, default weights."""
+        """The solver's initial state: Omega = I, prior-mean Grams, default weights."""
         from skgpx.dkp._model import forward_prior_means
 
         est, dev = self.estimator, self.device
@@ -195,7 +200,8 @@ class Problem:
 
     def predict(self, state):
         """Predictive mean at the test inputs on the original y scale."""
-        from skgpx.dkp._predict import build_prediction_cache, propagate
+        from skgpx.dkp._predict import build_prediction_cache
+        from skgpx.dkp._predict import propagate
 
         with torch.no_grad():
             cache = build_prediction_cache(self.config, state)
@@ -673,8 +679,8 @@ def main(argv=None):
     C.check_device(p, device)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = False
-    C.print_header("dkp_vs_adam.py  -  point solver (10 sweeps) vs Adam on the same objective "
-                   "(spec dkp.md §14, Fig. 1 analogue)", args, device=device)
+    C.print_header("dkp/vs_adam.py  -  point solver (10 sweeps) vs Adam on the same objective "
+                   "(the paper's Fig. 1 analogue)", args, device=device)
 
     from skgpx import DeepKernelProcessRegressor
 

@@ -1,9 +1,9 @@
-"""Bundled substitutes for the paper's UCI tables (spec ``deep_qep.md`` §5): deep Q-EP
+"""Bundled substitutes for the paper's UCI tables: deep Q-EP
 regression and classification on scikit-learn's bundled data sets against scikit-learn's
 exact GPs.
 
 The paper's Table 1 (UCI regression) and Table 2 (UCI classification) need downloads and far
-more compute than two CPU cores; spec §5 names these bundled stand-ins instead:
+more compute than two CPU cores; these bundled stand-ins replace them:
 
 * regression: ``load_diabetes`` (442 x 10, one output), ``load_linnerud`` (20 x 3, three outputs);
 * classification: ``load_breast_cancer`` (binary, like haberman), ``load_wine`` and ``load_iris``
@@ -15,7 +15,7 @@ stratified for classification), inputs scaled to [-1, 1] by ``MinMaxScaler((-1, 
 the training part inside a ``Pipeline`` (as the authors scale their UCI inputs).  Models:
 
 * ``QEP q=1``, ``QEP q=2`` (q = 2 is our deep GP): ``DeepQEPRegressor`` / ``DeepQEPClassifier``
-  with the authors' UCI settings (spec §2): ``hidden_dims=(3,)`` for regression and ``(10,)``
+  with the authors' UCI settings: ``hidden_dims=(3,)`` for regression and ``(10,)``
   for classification, ``n_inducing=128`` (the estimator caps it at the training size, so
   linnerud gets M = 16), Matérn-1.5 ARD, ``lr=0.01``, ``batch_size=1024`` (digits: 2
   mini-batches per epoch, every other set one), ``n_mc_samples=10``, ``tol=None`` (exactly
@@ -35,10 +35,10 @@ all, so q = 1 and q = 2 stay comparable), about 9 minutes in all.  At lr 0.01 an
 epoch (two on digits) that is a short schedule; the column "dloss" (training loss 10 % of the
 epochs before the end minus the final loss, per row) shows how far from converged each fit
 still was.  For q < 2 the authors' KL term (``bound="authors"``) is not a divergence: it
-decreases below zero as the inducing covariances grow towards ``S = M^(1/q - 1/2) I`` (spec
-§3.4), so q = 1 training losses go negative and keep falling; dloss then mixes fit and this
-drift.  ``--epochs 1000 --datasets diabetes,linnerud,wine,iris`` (about 6 min) gives the
-authors' epoch count on the small sets.
+decreases below zero as the inducing covariances grow towards ``S = M^(1/q - 1/2) I``
+(``doc/design_notes.rst``), so q = 1 training losses go negative and keep falling; dloss then
+mixes fit and this drift.  ``--epochs 1000 --datasets diabetes,linnerud,wine,iris`` (about
+6 min) gives the authors' epoch count on the small sets.
 
 Metrics on the 20 % test part, original units: regression RMSE (pooled over outputs), R2
 (``r2_score``, uniform average over outputs) and the mean total-variance predictive std
@@ -48,13 +48,18 @@ process's CPU time) and the fit time relative to the sklearn GP (CPU time).
 
 Usage::
 
-    .venv/bin/python benchmarks/qep_bundled.py --quick     # no digits, 20 epochs
-    .venv/bin/python benchmarks/qep_bundled.py             # all six, 100 epochs, 1 seed
-    .venv/bin/python benchmarks/qep_bundled.py --device cuda --datasets digits  # on a GPU
+    .venv/bin/python benchmarks/qep/bundled.py --quick     # no digits, 20 epochs
+    .venv/bin/python benchmarks/qep/bundled.py             # all six, 100 epochs, 1 seed
+    .venv/bin/python benchmarks/qep/bundled.py --device cuda --datasets digits  # on a GPU
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_bundled.{json,csv}``).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
 from _fits import fmt_pm, mean_se, nanmean, values
@@ -276,7 +281,7 @@ CSV_KEYS = ["dataset", "model", "seed", "n_train", "d", "n_inducing", "n_iter", 
 def main(argv=None):
     args = parse_args(argv)
     records, summary = Q.run_main(
-        "qep_bundled.py  -  DeepQEPRegressor/DeepQEPClassifier on bundled substitutes of the "
+        "qep/bundled.py  -  DeepQEPRegressor/DeepQEPClassifier on bundled substitutes of the "
         "paper's UCI sets vs sklearn's GPs", args,
         f"deep models {args.dtype} on {args.device}; sklearn's GPs float64", run, report)
     rows = (((), r) for per_model in records.values() for recs in per_model.values()

@@ -1,4 +1,4 @@
-""""Fitting" protocol (spec pathwise.md §7): hyperparameter fitting against scikit-learn.
+""""Fitting" protocol: hyperparameter fitting against scikit-learn.
 
 Kernel ``ConstantKernel(1.0) * RBF(length_scale=np.ones(d)) + WhiteKernel(1.0)`` (ARD, the
 default bounds), ``normalize_y=True``, ``n_restarts_optimizer=0`` on both sides: one
@@ -25,19 +25,23 @@ process; a single fit longer than ``--cutoff`` seconds is killed and reported "D
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_fit.py --quick     # diabetes + friedman n=1000
-    .venv/bin/python benchmarks/pathwise_fit.py             # adds friedman n=4000
+    .venv/bin/python benchmarks/pathwise/fit.py --quick     # diabetes + friedman n=1000
+    .venv/bin/python benchmarks/pathwise/fit.py             # adds friedman n=4000
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
-import os
 import warnings
 
 import numpy as np
-import torch
+import torch  # noqa: F401  (every cell loads torch, so their peak RSS compare)
 
 SCRIPT = os.path.abspath(__file__)
 METHODS = ("sklearn", "ours", "gpytorch")
@@ -107,81 +111,10 @@ def fit_ours(X, y):
     return est, {"nfev": est.n_iter_}
 
 
-class _GPyTorchModel:
-    """A fitted GPyTorch ExactGP with sklearn-like predict and its kernel as sklearn."""
-
-    def __init__(self, X, y, max_iter):
-        import gpytorch
-
-        class ExactGP(gpytorch.models.ExactGP):
-            def __init__(self, train_x, train_y, likelihood):
-                super().__init__(train_x, train_y, likelihood)
-                self.mean_module = gpytorch.means.ZeroMean()
-                self.covar_module = gpytorch.kernels.ScaleKernel(
-                    gpytorch.kernels.RBFKernel(ard_num_dims=train_x.shape[1]))
-
-            def forward(self, x):
-                return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                                 self.covar_module(x))
-
-        self.gpytorch = gpytorch
-        self.y_mean, self.y_std = float(np.mean(y)), float(np.std(y))
-        train_x = torch.as_tensor(X, dtype=torch.float64)
-        train_y = torch.as_tensor((y - self.y_mean) / self.y_std, dtype=torch.float64)
-        likelihood = gpytorch.likelihoods.GaussianLikelihood().to(torch.float64)
-        model = ExactGP(train_x, train_y, likelihood).to(torch.float64)
-        model.covar_module.outputscale = 1.0
-        model.covar_module.base_kernel.lengthscale = torch.ones(1, X.shape[1])
-        likelihood.noise = 1.0  # the same initial values as the sklearn kernel
-        model.train()
-        likelihood.train()
-        mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-        optimizer = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=max_iter,
-                                      tolerance_grad=1e-5, tolerance_change=1e-9,
-                                      line_search_fn="strong_wolfe")
-        self.nfev = 0
-        n = train_x.shape[0]
-
-        def closure():
-            optimizer.zero_grad()
-            with self._settings():
-                loss = -mll(model(train_x), train_y) * n  # sum, as in sklearn's LML
-            loss.backward()
-            self.nfev += 1
-            return loss
-
-        optimizer.step(closure)
-        model.eval()
-        likelihood.eval()
-        self.model, self.likelihood = model, likelihood
-
-    def _settings(self):
-        from contextlib import ExitStack
-
-        stack = ExitStack()
-        stack.enter_context(self.gpytorch.settings.max_cholesky_size(10**7))
-        stack.enter_context(self.gpytorch.settings.fast_computations(False, False, False))
-        return stack
-
-    def predict(self, X, return_std=False):
-        with torch.no_grad(), self._settings():
-            out = self.likelihood(self.model(torch.as_tensor(X, dtype=torch.float64)))
-            mean = out.mean.numpy() * self.y_std + self.y_mean
-            std = out.variance.sqrt().numpy() * self.y_std
-        return (mean, std) if return_std else mean
-
-    @property
-    def kernel_(self):
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-
-        ck = self.model.covar_module
-        return (ConstantKernel(float(ck.outputscale))
-                * RBF(ck.base_kernel.lengthscale.detach().numpy().ravel())
-                + WhiteKernel(float(self.likelihood.noise)))
-
-
 def fit_gpytorch(X, y, max_iter=200):
-    model = _GPyTorchModel(X, y, max_iter)
+    from _baselines import GPyTorchExactGP
+
+    model = GPyTorchExactGP(X, y, max_iter)
     return model, {"nfev": model.nfev}
 
 
@@ -194,6 +127,7 @@ FITTERS = {"sklearn": fit_sklearn, "ours": fit_ours, "gpytorch": fit_gpytorch}
 def setup(cfg):
     warnings.filterwarnings("ignore")
     if cfg["method"] == "gpytorch":
+        import _baselines  # noqa: F401
         import gpytorch  # noqa: F401  (import outside the timed region)
     if cfg["method"] == "ours":
         import skgpx  # noqa: F401
@@ -254,7 +188,7 @@ def main(argv=None):
         args.friedman = [n for n in args.friedman if n <= 1000] or [1000]
     args.methods = [m for m in args.methods.split(",") if m]
     args.budget = args.cutoff if args.budget is None else args.budget
-    C.print_header("pathwise_fit.py  -  Fitting protocol: ARD RBF + White, normalize_y, "
+    C.print_header("pathwise/fit.py  -  Fitting protocol: ARD RBF + White, normalize_y, "
                    "one L-BFGS-B run", args, extra=("gpytorch",))
 
     records = {}

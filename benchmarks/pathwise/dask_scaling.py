@@ -1,4 +1,4 @@
-"""Issue 15: distributed sparse fitting and scoring on Dask, 1 worker against 2.
+"""Distributed sparse fitting and scoring on Dask, 1 worker against 2.
 
 A ``PathwiseGPSampler`` sparse fit (d = 8, m = 256, ``max_iter`` L-BFGS iterations so every
 configuration takes the same steps) on ``--n-fit`` rows generated on the workers, and
@@ -9,7 +9,7 @@ with one worker).  Prints the times and the ratios:
 * speed-up of 2 workers over 1 (target >= 1.6x on 2 cores), fit and predict;
 * 1 Dask worker against the in-process fit (target <= 1.25x).
 
-Run: ``python benchmarks/dask_scaling.py`` (2 000 000 / 4 000 000 rows; long on 2 cores)
+Run: ``python benchmarks/pathwise/dask_scaling.py`` (2 000 000 / 4 000 000 rows; long on 2 cores)
 or ``--quick`` (200 000 / 400 000 rows).
 """
 

@@ -1,6 +1,6 @@
 """Fit time of ``SmoothDRDRegressor`` (sDRD) against the number of features p on 2-D grids:
-``basis="fourier"`` (FFT products on the padded grid, trimmed frequencies; spec
-``smooth_drd.md`` Sec. 7) against ``basis="dense"`` (exact SE factors per axis).
+``basis="fourier"`` (FFT products on the padded grid, trimmed frequencies;
+``doc/design_notes.rst``, "Scaling") against ``basis="dense"`` (exact SE factors per axis).
 
 Data: ``make_smooth_sparse_regression("bumps2d", shape=(s, s), n_samples=500, random_state=0)``
 (two truncated blobs scaled with the grid, noise sd 0.5, 1000 test rows) for s in ``--grids``
@@ -27,21 +27,25 @@ Target (PASS/MISS): the 64 x 64 Fourier fit under 60 s on one CPU thread (only j
 
 Usage::
 
-    .venv/bin/python benchmarks/drd_scale.py --quick        # 8x8, 12x12, n=100, max_iter=3
-    .venv/bin/python benchmarks/drd_scale.py                # 16, 32, 64; both bases
-    .venv/bin/python benchmarks/drd_scale.py --grids 64 --basis fourier --repeats 3
-    .venv/bin/python benchmarks/drd_scale.py --device cuda  # where a GPU is available
+    .venv/bin/python benchmarks/drd/scale.py --quick        # 8x8, 12x12, n=100, max_iter=3
+    .venv/bin/python benchmarks/drd/scale.py                # 16, 32, 64; both bases
+    .venv/bin/python benchmarks/drd/scale.py --grids 64 --basis fourier --repeats 3
+    .venv/bin/python benchmarks/drd/scale.py --device cuda  # where a GPU is available
 
 Threads are pinned to one by ``_common`` (in the children too), float64.  Records go to
 ``--json`` / ``--csv`` (default ``benchmarks/results/drd_scale.{json,csv}``, git-ignored).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import math
-import os
 import time
 import warnings
 
@@ -239,8 +243,8 @@ def main(argv=None):
     if C.run_child_cell(setup, run_once, warmup=False):
         return
     args = parse_args(argv)
-    C.print_header("drd_scale.py  -  SmoothDRDRegressor fit time against p on s x s grids, "
-                   "basis='fourier' vs 'dense' (spec smooth_drd.md Sec. 7)", args,
+    C.print_header("drd/scale.py  -  SmoothDRDRegressor fit time against p on s x s grids, "
+                   "basis='fourier' vs 'dense'", args,
                    device=args.device)
     print(f"load:     load average at start {C.load_average()} on os.cpu_count()="
           f"{os.cpu_count()}\n", flush=True)

@@ -1,8 +1,8 @@
-"""Table 1 analogue for ``DeepKernelProcessRegressor`` (spec ``dkp.md`` §14, local protocol).
+"""Table 1 analogue for ``DeepKernelProcessRegressor`` (a local protocol).
 
-The seed's Table 1 compares three objectives of the same deep Wishart (kernel) process
+The paper's Table 1 compares three objectives of the same deep Wishart (kernel) process
 model after 10 solver sweeps on UCI data.  UCI downloads are not possible here, so this
-script runs the local protocol of §14 instead.
+script runs a local protocol instead.
 
 Data sets
 ---------
@@ -11,7 +11,7 @@ Data sets
 * ``diabetes``: ``sklearn.datasets.load_diabetes`` (P = 442, d = 10);
 * ``friedman``: ``make_friedman1(n_samples=330, n_features=6, noise=0.5,
   random_state=0)`` (strongly nonlinear, one irrelevant input);
-* ``boston-sim``: a SIMULATED stand-in of the size of Boston housing (the seed's
+* ``boston-sim``: a SIMULATED stand-in of the size of Boston housing (the paper's
   Table 1; 506 x 13), which scikit-learn no longer bundles and which cannot be downloaded
   here: ``make_friedman1(n_samples=506, n_features=13, noise=0.5, random_state=0)``
   (5 relevant inputs, 8 irrelevant).  It is not the Boston data.
@@ -26,18 +26,18 @@ Methods
   dof=100.0, objective=..., max_iter=10, device='cpu')``, the other settings at their
   defaults.  The estimator standardises X and y on the training part itself;
 * ``dkp-sparse``: ``dkp`` with ``n_inducing=--m-sparse`` (128) inducing inputs and
-  ``max_iter=--sparse-max-iter`` (the inducing-point mode of issue 34).  Skipped, with
+  ``max_iter=--sparse-max-iter`` (the inducing-point mode).  Skipped, with
   the reason printed, while the estimator has no ``n_inducing`` parameter.  Below the
   tables the script prints its paired test-LL difference to ``dkp`` with the standard
   error over the splits (target: |diff| <= 0.02 nats per point);
 * ``sklearn-ard``: ``GaussianProcessRegressor(ConstantKernel() * RBF(np.ones(d)) +
   WhiteKernel(), normalize_y=True, n_restarts_optimizer=0)`` on X standardised with the
-  training mean and standard deviation (the external peer of §14).
+  training mean and standard deviation (the external peer).
 
 Metrics, all on the original y scale: test RMSE, and the per-point test log-likelihood
 ``mean_t log N(y_t; mean_t, std_t^2)`` with the predictive std including the
 observation noise.  For each data set the table gives the means over splits and, as in
-the seed's Table 1, the paired difference to the best method (highest mean LL, lowest
+the paper's Table 1, the paired difference to the best method (highest mean LL, lowest
 mean RMSE) as ``diff +- 2 s.e.`` over the splits, plus the mean fit time.  Below the
 tables the script checks the ordering the seed reports (dkp >= dgp >= gp in test LL on
 the nonlinear sets, friedman and toy) and prints the gap between ``dkp`` and the ARD GP.
@@ -48,16 +48,21 @@ for ``objective='dkp'`` on diabetes and friedman (the sweep that fixes the defau
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_table1.py --quick              # smoke run, < 2 min
-    .venv/bin/python benchmarks/dkp_table1.py                      # 3 data sets x 20 splits
-    .venv/bin/python benchmarks/dkp_table1.py --dof-sweep          # dof sweep, 20 splits
-    .venv/bin/python benchmarks/dkp_table1.py --json benchmarks/results/dkp_table1.json
+    .venv/bin/python benchmarks/dkp/table1.py --quick              # smoke run, < 2 min
+    .venv/bin/python benchmarks/dkp/table1.py                      # 3 data sets x 20 splits
+    .venv/bin/python benchmarks/dkp/table1.py --dof-sweep          # dof sweep, 20 splits
+    .venv/bin/python benchmarks/dkp/table1.py --json benchmarks/results/dkp_table1.json
 
 Everything runs in this one process, one thread, float64 (``_common`` pins it).  Fits are
 short (seconds), so there is no child-process isolation as in the ``pathwise_*`` scripts;
 fit time is the wall clock of ``fit`` alone, after one untimed warm-up fit per method.
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 from _fits import column, nanmean
@@ -71,7 +76,7 @@ import numpy as np
 from skgpx import DeepKernelProcessRegressor  # noqa: E402
 
 DATASETS = ("toy", "diabetes", "friedman", "boston-sim")
-# where the seed's ordering dkp >= dgp >= gp is expected
+# where the paper's ordering dkp >= dgp >= gp is expected
 NONLINEAR = ("friedman", "toy", "boston-sim")
 METHODS = ("dkp", "dgp", "gp", "dkp-sparse", "sklearn-ard")
 SPARSE_TARGET = 0.02  # nats per point: |test LL(dkp-sparse) - test LL(dkp)|, paired
@@ -150,8 +155,7 @@ class _StandardisedGPR:
 def sparse_unavailable():
     """Why ``dkp-sparse`` cannot run here, or None when it can."""
     if "n_inducing" not in DeepKernelProcessRegressor().get_params():
-        return ("DeepKernelProcessRegressor has no n_inducing parameter yet (the estimator "
-                "glue of issue 34 has not landed)")
+        return "DeepKernelProcessRegressor has no n_inducing parameter in this skgpx"
     return None
 
 
@@ -325,7 +329,7 @@ def report_table(args, records):
         X, y = load_dataset(name)
         notes = [f"best by test LL: {best_ll}; best by RMSE: {best_rmse}",
                  "diff = method - best, paired per split; ± = 2 standard errors of the "
-                 "paired differences (as in the seed's Table 1)"]
+                 "paired differences (as in the paper's Table 1)"]
         notes += summarise_failures(per_method)
         C.print_table(f"{name} (P={len(y)}, d={X.shape[1]}): {len(next(iter(per_method.values())))}"
                       f" random 90/10 splits, max_iter={args.max_iter}, dof={args.dof:g}",
@@ -361,7 +365,7 @@ def report_sparse(records, args):
 
 
 def report_checks(records):
-    """The seed's ordering dkp >= dgp >= gp (test LL) and the dkp - ARD GP gap."""
+    """The paper's ordering dkp >= dgp >= gp (test LL) and the dkp - ARD GP gap."""
     checks = {}
     print("Expected ordering (seed Table 1): test LL dkp >= dgp >= gp on the nonlinear sets "
           f"({', '.join(NONLINEAR)}); other sets shown as info.  PASS/MISS is on the mean "
@@ -373,7 +377,7 @@ def report_checks(records):
         ll = {m: column(per_method[m], "ll") for m in ("dkp", "dgp", "gp")}
         pairs = [("dkp", "dgp"), ("dgp", "gp"), ("dkp", "gp")]
         results = {f"{a}-{b}": paired(ll[a], ll[b]) for a, b in pairs}
-        # The verdict is on the means (the ordering the seed's table shows); the s.e. says
+        # The verdict is on the means (the ordering the paper's table shows); the s.e. says
         # whether a violation is more than split-to-split noise.
         holds = all(results[f"{a}-{b}"][0] >= 0 for a, b in pairs[:2])
         tag = C.verdict(holds) if name in NONLINEAR else "info"
@@ -455,7 +459,7 @@ def report_sweep(args, records):
                                   "noise_variance_": sigma2, "errors": n_err}
         notes = ["diff = dof - best dof, paired per split; ± = 2 standard errors",
                  "sigma2 = mean fitted noise_variance_ (normalised-y scale); a collapse "
-                 "towards the 1e-6 floor at small dof is the overfitting of spec §11"]
+                 "towards the 1e-6 floor at small dof is overfitting (doc/guide/dkp.rst)"]
         notes += summarise_failures(per_dof)
         C.print_table(f"dof sweep, objective='dkp', {name}: "
                       f"{len(next(iter(per_dof.values())))} random 90/10 splits, "
@@ -492,7 +496,7 @@ def parse_args(argv=None):
     p.add_argument("--dof", type=float, default=DEFAULT_DOF,
                    help=f"dof of the table's DKP fits ({DEFAULT_DOF:g}, the estimator's default)")
     p.add_argument("--max-iter", type=int, default=10,
-                   help="solver sweeps per DKP fit (10: the seed's Table 1 protocol)")
+                   help="solver sweeps per DKP fit (10: the paper's Table 1 protocol)")
     p.add_argument("--m-sparse", type=int, default=128,
                    help="inducing inputs of the dkp-sparse method (128)")
     p.add_argument("--sparse-max-iter", type=int, default=200,
@@ -532,8 +536,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     mode = "dof sweep (objective='dkp')" if args.dof_sweep else "Table 1 analogue"
-    C.print_header(f"dkp_table1.py  -  DeepKernelProcessRegressor, {mode}, spec dkp.md §14 "
-                   "local protocol", args)
+    C.print_header(f"dkp/table1.py  -  DeepKernelProcessRegressor, {mode}, local "
+                   "protocol", args)
     t0 = time.perf_counter()
     if args.dof_sweep:
         records = run_sweep(args)

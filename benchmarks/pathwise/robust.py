@@ -1,4 +1,4 @@
-"""Issue 33, robust and heteroscedastic regression: ``PathwiseGPSampler(likelihood=...)`` against
+"""Robust and heteroscedastic regression: ``PathwiseGPSampler(likelihood=...)`` against
 the Gaussian model and GPyTorch's Student-t SVGP.
 
 One thread, float64.  Every model of ours is sparse (``n_inducing=m``, inducing inputs by the
@@ -53,23 +53,27 @@ Parts (``--parts``, comma-separated; all by default):
   by about 1e-3 per epoch while the RMSE is already below the converged 100 000-row fit's),
   hence the cap.  Targets: < 600 s, < 2 GB.  ``--device cuda`` gives the GPU row.
 
-A model that cannot be built or fitted (``likelihood=`` before issue 33 lands, or a failure)
+A model that cannot be built or fitted (an skgpx without ``likelihood=``, or a failure)
 shows its error in its row and its verdicts say "no result"; nothing is filled in.
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_robust.py                         # everything
-    .venv/bin/python benchmarks/pathwise_robust.py --parts outliers --seeds 10
-    .venv/bin/python benchmarks/pathwise_robust.py --quick                 # smoke run
-    .venv/bin/python benchmarks/pathwise_robust.py --device cuda --parts scale
+    .venv/bin/python benchmarks/pathwise/robust.py                         # everything
+    .venv/bin/python benchmarks/pathwise/robust.py --parts outliers --seeds 10
+    .venv/bin/python benchmarks/pathwise/robust.py --quick                 # smoke run
+    .venv/bin/python benchmarks/pathwise/robust.py --device cuda --parts scale
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import math
-import os
 import time
 import warnings
 
@@ -118,8 +122,7 @@ def heteroscedastic_model(d, m, seed):
 def explain(error):
     """The error of a failed row, with a hint when it is the missing ``likelihood=`` option."""
     if "unexpected keyword argument 'likelihood'" in error:
-        return ("not available: PathwiseGPSampler has no likelihood= option in this skgpx "
-                "(issue 33)")
+        return "not available: PathwiseGPSampler has no likelihood= option in this skgpx"
     return error
 
 
@@ -160,21 +163,8 @@ def gpytorch_student_t(Xtr, ytr, Xte, m, steps, lr, seed):
     """Fit GPyTorch's SVGP with ``StudentTLikelihood`` (see the module docstring) and return
     ``(seconds, predictive mean of f at Xte in y units, fitted degrees of freedom)``."""
     import gpytorch
+    from _baselines import gpytorch_svgp
     from sklearn.cluster import kmeans_plusplus
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, inducing):
-            q = gpytorch.variational.CholeskyVariationalDistribution(inducing.shape[0])
-            strategy = gpytorch.variational.VariationalStrategy(
-                self, inducing, q, learn_inducing_locations=True)
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ConstantMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=inducing.shape[1]))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # GPyTorch's module constructors use the global generator
@@ -184,7 +174,8 @@ def gpytorch_student_t(Xtr, ytr, Xte, m, steps, lr, seed):
         mu, sd = float(np.mean(ytr)), float(np.std(ytr))
         X = torch.as_tensor(Xtr, device=DEVICE)
         y = torch.as_tensor((ytr - mu) / sd, device=DEVICE)
-        model = SVGP(torch.as_tensor(Z)).to(DEVICE)
+        model = gpytorch_svgp(torch.as_tensor(Z), ard_dims=Z.shape[1], mean="constant")
+        model = model.to(DEVICE)
         likelihood = gpytorch.likelihoods.StudentTLikelihood().to(DEVICE)
         elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(Xtr))
         optimizer = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()),
@@ -539,7 +530,7 @@ def main():
     lines, memo = [], {}
     for part in parts:
         lines += globals()[f"part_{part}"](args, memo)
-    C.finish("Issue 33 targets", lines)
+    C.finish("Targets", lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Adam on mini-batches for the sparse deep kernel process (a benchmark baseline).
 
-Not a public solver: ``benchmarks/dkp_sparse.py`` runs it against the Newton-like sweeps
-and L-BFGS (``doc/design_notes.rst``, "Inducing-point deep kernel process", last bullet).
+Not a solver of the library: ``inducing.py`` (this folder) runs it against the Newton-like
+sweeps and L-BFGS (``doc/design_notes.rst``, "Inducing-point deep kernel process", last bullet).
 
 The collapsed bound of :mod:`skgpx.dkp._sparse_model` is not a sum over rows, so a
 mini-batch method optimises the *uncollapsed* bound instead.  It keeps
@@ -34,10 +34,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ._model import Breakdown
-from ._sparse_lbfgs import Packing
-from ._sparse_model import SparseFit, coincidence, inducing_blocks, propagate_rows
-from ._sparse_pass import objective_value
+from skgpx.dkp._model import Breakdown
+from skgpx.dkp._sparse_lbfgs import Packing
+from skgpx.dkp._sparse_model import SparseFit
+from skgpx.dkp._sparse_model import coincidence
+from skgpx.dkp._sparse_model import inducing_blocks
+from skgpx.dkp._sparse_model import propagate_rows
+from skgpx.dkp._sparse_pass import objective_value
 
 __all__ = ["AdamFit", "adam_fit", "collapsed_q", "uncollapsed_bound"]
 

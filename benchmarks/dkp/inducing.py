@@ -1,4 +1,4 @@
-"""The inducing-point DKP's solvers against each other and against Adam (issue 34).
+"""The inducing-point DKP's solvers against each other and against Adam.
 
 It measures the convergence figures of ``doc/design_notes.rst``, "Inducing-point deep kernel
 process".  Data: ``make_friedman1(n_samples=n_train + 10000, n_features=8,
@@ -16,7 +16,7 @@ Methods (``--methods``)
   with Anderson acceleration);
 * ``auto``: the same with ``hand_over=True`` (sweeps, then L-BFGS);
 * ``lbfgs``: ``skgpx.dkp._sparse_lbfgs.lbfgs_fit``;
-* ``adam``: :func:`skgpx.dkp._sparse_adam.adam_fit`, mini-batches of 1024 rows on the
+* ``adam``: :func:`_adam.adam_fit` (this folder), mini-batches of 1024 rows on the
   uncollapsed bound, one run per learning rate in ``--adam-lrs``; its collapsed
   objective is evaluated after every epoch by a forward pass that is not counted in its
   passes or seconds.
@@ -38,13 +38,19 @@ chunks of ``--batch-size`` (the estimator's ``predict(return_std=True)`` when it
 
 Usage::
 
-    .venv/bin/python benchmarks/dkp_sparse.py --n-train 20000 --m 128 --max-minutes 3
-    .venv/bin/python benchmarks/dkp_sparse.py                       # P = 100 000, m = 256
-    .venv/bin/python benchmarks/dkp_sparse.py --parts predict
+    .venv/bin/python benchmarks/dkp/inducing.py --n-train 20000 --m 128 --max-minutes 3
+    .venv/bin/python benchmarks/dkp/inducing.py                       # P = 100 000, m = 256
+    .venv/bin/python benchmarks/dkp/inducing.py --parts predict
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
+from _adam import adam_fit
 
 import argparse
 import json
@@ -56,12 +62,13 @@ import numpy as np
 import torch
 
 from skgpx import DeepKernelProcessRegressor
-from skgpx.dkp import _sparse_pass
-from skgpx.dkp._sparse_adam import adam_fit
-from skgpx.dkp._sparse_model import (
-    SparseDKPState, inducing_blocks, prior_mean_grams, propagate_rows,
-)
-from skgpx.pathwise._sparse import Rows, initial_inducing_points
+import skgpx.dkp._sparse_pass as _sparse_pass
+from skgpx.dkp._sparse_model import SparseDKPState
+from skgpx.dkp._sparse_model import inducing_blocks
+from skgpx.dkp._sparse_model import prior_mean_grams
+from skgpx.dkp._sparse_model import propagate_rows
+from skgpx.pathwise._sparse import Rows
+from skgpx.pathwise._sparse import initial_inducing_points
 
 N_TEST = 10_000
 N_PREDICT = 1_000_000
@@ -462,8 +469,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.combine:
         return combine(args)
-    C.print_header("dkp_sparse.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam "
-                   "(issue 34)", args, device=args.device)
+    C.print_header("dkp/inducing.py  -  inducing-point DKP: Newton-like sweeps, L-BFGS and Adam",
+                   args, device=args.device)
     torch.set_num_threads(1)
     problem = make_problem(args)
     print(f"  RSS after building the problem: {C.fmt_bytes(C.current_rss_bytes())} "

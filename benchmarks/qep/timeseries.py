@@ -1,4 +1,4 @@
-"""Table B.1 analogue for ``DeepQEPRegressor`` (spec ``deep_qep.md`` §5, §6.4, §7): the
+"""Table B.1 analogue for ``DeepQEPRegressor`` (Chang et al., AABI 2025): the
 two-output step/turn time series, against the paper's figures and GPyTorch's deep GP.
 
 Data
@@ -10,15 +10,15 @@ truth ``make_step_turn_series(n_samples=50, noise_std=0.0)[2]`` (same formula). 
 2024, 2034, 2044, ... (the authors' sequence); each seed sets the noise and every model's
 initialisation and training noise.
 
-Models (the authors' recipe, spec §2: hidden width 3, M = 64 inducing points per unit,
+Models (the authors' recipe: hidden width 3, M = 64 inducing points per unit,
 Matérn-1.5 ARD kernel times an output scale per unit, linear mean in the hidden layer and
 constant mean in the last, S = 10 Monte-Carlo paths in training, Adam lr 0.05, full batch,
 ``--epochs`` (1000) epochs, the final state kept, no target standardisation)
 -------------------------------------------------------------------------------------------
 * ``QEP q=1``: ``DeepQEPRegressor(q=1, bound="authors", normalize_y=False, tol=None)``
   (the paper's deep Q-EP);
-* ``QEP q=1 scaled``: the same with ``bound="scaled"`` (the self-consistent bound of spec §3.4,
-  reported as the spec asks; leave it out with ``--models``);
+* ``QEP q=1 scaled``: the same with ``bound="scaled"`` (the self-consistent bound,
+  ``doc/design_notes.rst``; leave it out with ``--models``);
 * ``QEP q=2``: the same estimator at ``q = 2``, i.e. our deep GP;
 * ``GPyTorch DGP``: a ``gpytorch.models.deep_gps.DeepGP`` written here (class ``GPyTorchDeepGP``)
   with two ``DeepGPLayer`` s (``VariationalStrategy`` whitened, ``CholeskyVariationalDistribution``,
@@ -53,14 +53,14 @@ predictive mean and latent variance), and the noise scale sigma^2 (ours:
 * MAE: mean |y_hat - y_true| over points and outputs, y_hat = mean_s mu_s (``predict``);
 * R2: ``sklearn.metrics.r2_score(y_true, y_hat)`` (uniform average over the 2 outputs);
 * PSD (authors'): mean over points and outputs of sqrt(mean_s(v_s + sigma^2)) - the paper's
-  "PSD" (spec §2): a scale, no c_q, no between-path spread;
+  "PSD": a scale, no c_q, no between-path spread;
 * std (total): mean over points and outputs of the total-variance predictive std
   (ours: ``predict(return_std=True)``, i.e. sqrt(mean_s(c v_s + c_q sigma^2) + var_s(mu_s)) with
   c = c_q for ``bound="authors"`` and 1 for ``"scaled"``; GPyTorch: sqrt(mean_s(v_s + sigma^2) +
   var_s(mu_s)) from its samples);
 * NLL (authors'): minus the path-average of per-point log densities,
   ``-mean_i mean_s sum_d log p(y_true[i, d] | mu_s[i, d], v_s[i, d] + sigma_d^2)`` with p the
-  univariate q-ED density of spec §1.1 (N = 1, scale C = v + sigma^2; Gaussian at q = 2, so
+  univariate q-ED density (N = 1, scale C = v + sigma^2; Gaussian at q = 2, so
   GPyTorch's is the Gaussian one); "per point" = both outputs of a test point (summed over d),
   averaged over the 50 points;
 * NLL (mixture): the same densities combined as a mixture over paths,
@@ -71,22 +71,27 @@ predictive mean and latent variance), and the noise scale sigma^2 (ours:
 NLL values of q = 1 and q = 2 models are not comparable with each other (different densities;
 the q = 1 density is infinite at its mode), as the paper itself notes.
 
-Timing target (issue): fit time per epoch ours / GPyTorch <= 1.0 at equal dtype, same thread
-count (one), measured in this run.  float32: from the accuracy runs above (the authors' and
-prototype's dtype).  float64: ``--timing-seeds`` (3) extra fits of ``--timing-epochs`` (200)
+Timing target: fit time per epoch ours / GPyTorch <= 1.0 at equal dtype, same thread
+count (one), measured in this run.  float32: from the accuracy runs above (the authors'
+dtype).  float64: ``--timing-seeds`` (3) extra fits of ``--timing-epochs`` (200)
 epochs each for q = 1, q = 2 and GPyTorch.  Models are interleaved per seed, in an order
 rotated from seed to seed, so that load changes on a shared machine hit every model alike;
 each model gets one untimed 5-epoch warm-up fit per dtype before the timed fits.
 
 Usage::
 
-    .venv/bin/python benchmarks/qep_timeseries.py --quick          # 2 seeds, 50 epochs
-    .venv/bin/python benchmarks/qep_timeseries.py                  # 10 seeds, 1000 epochs
+    .venv/bin/python benchmarks/qep/timeseries.py --quick          # 2 seeds, 50 epochs
+    .venv/bin/python benchmarks/qep/timeseries.py                  # 10 seeds, 1000 epochs
 
 Results (all per-fit records and the summaries) go to ``--json`` and ``--csv`` (default
 ``benchmarks/results/qep_timeseries.{json,csv}``, git-ignored).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
 from _fits import fmt_pm, mean_se, nanmean, values
@@ -111,7 +116,7 @@ MODELS = {
 }
 TIMING_MODELS = ("q1", "q2", "gpytorch")
 
-# Table B.1 (spec §5): mean, s.e.
+# the paper's Table B.1: mean, s.e.
 PAPER = {
     "Deep GP": {"mae": (0.058, 0.040), "psd": (0.180, 0.051), "r2": (0.951, 0.061),
                 "nll": (-1.432, 0.617), "fit_s": (48.409, 0.369)},
@@ -146,7 +151,8 @@ def load_data(seed):
 
 
 def qed1_logpdf(y, mean, scale, q):
-    """Univariate q-ED log density (spec §1.1, N = 1) with scale ``C = scale``:
+    """Univariate q-ED log density (Li, O'Connor and Lan, NeurIPS 2023; N = 1), scale
+    ``C = scale``:
     ``log(q/2) - log(2 pi)/2 - log(C)/2 + (q/2 - 1)/2 log r - r^(q/2)/2``, r = (y-mu)^2/C."""
     r = (y - mean) ** 2 / scale
     if q == 2.0:
@@ -211,46 +217,9 @@ def evaluate_ours(model, Xte, yte):
 
 def build_gpytorch_model(Xt, n_tasks, dtype):
     """GPyTorch's deep GP (two ``DeepGPLayer`` s), initialised as ours (see the docstring)."""
-    import gpytorch
-    from gpytorch.distributions import MultivariateNormal
-    from gpytorch.kernels import MaternKernel, ScaleKernel
-    from gpytorch.means import ConstantMean, LinearMean
-    from gpytorch.models.deep_gps import DeepGP, DeepGPLayer
-    from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy
+    from _baselines import gpytorch_deep_gp
 
-    class Layer(DeepGPLayer):
-        def __init__(self, inducing, linear_mean):
-            n_units, m, d_in = inducing.shape
-            batch = torch.Size([n_units])
-            variational = CholeskyVariationalDistribution(m, batch_shape=batch)
-            strategy = VariationalStrategy(self, inducing, variational,
-                                           learn_inducing_locations=True)
-            super().__init__(strategy, d_in, n_units)
-            self.mean_module = (LinearMean(d_in, batch_shape=batch) if linear_mean
-                                else ConstantMean(batch_shape=batch))
-            self.covar_module = ScaleKernel(
-                MaternKernel(nu=1.5, batch_shape=batch, ard_num_dims=d_in), batch_shape=batch)
-            self.covar_module.outputscale = 1.0
-            self.covar_module.base_kernel.lengthscale = 1.0
-
-        def forward(self, x):
-            return MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    class GPyTorchDeepGP(DeepGP):
-        def __init__(self):
-            super().__init__()
-            m = min(N_INDUCING, Xt.shape[0])
-            subset = torch.randperm(Xt.shape[0])[:m]
-            self.hidden = Layer(Xt[subset].expand(HIDDEN, -1, -1).clone(), True)
-            self.last = Layer(torch.randn(n_tasks, m, HIDDEN, dtype=Xt.dtype), False)
-            self.likelihood = gpytorch.likelihoods.MultitaskGaussianLikelihood(
-                num_tasks=n_tasks, has_global_noise=False)
-            self.likelihood.task_noises = torch.full((n_tasks,), 0.1)
-
-        def forward(self, x):
-            return self.last(self.hidden(x))
-
-    return GPyTorchDeepGP().to(dtype)
+    return gpytorch_deep_gp(Xt, n_tasks, dtype, n_inducing=N_INDUCING, hidden=HIDDEN)
 
 
 def fit_gpytorch(X, y, epochs, dtype, seed):
@@ -480,16 +449,16 @@ def report_timing(args, acc, timing):
 
 
 def report_checks(args, records):
-    """Spec §6.4 criteria and the paper's qualitative claims, as lines."""
+    """The paper-level accuracy check and the paper's qualitative claims, as lines."""
     checks = {}
-    print("Spec §6.4 paper-level check (mean over seeds: MAE <= 0.10 and R2 >= 0.90):")
+    print("Paper-level check (mean over seeds: MAE <= 0.10 and R2 >= 0.90):")
     for key in [k for k in ("q1", "q2") if k in records]:
         mae = nanmean(values(records[key], "mae"))
         r2 = nanmean(values(records[key], "r2"))
         ok = mae <= 0.10 and r2 >= 0.90
         print(f"  {C.verdict(ok):4s}  {MODELS[key][0]}: MAE {mae:.3f}, R2 {r2:.3f}")
-        checks[f"spec6.4 {key}"] = ok
-    print("Paper's claims (info, not targets; spec §6.4 says the prototype reproduced neither):")
+        checks[f"paper-level {key}"] = ok
+    print("Paper's claims (information, not targets):")
     if "q1" in records and "q2" in records:
         for metric, word in (("mae", "MAE"), ("psd", "PSD (authors')")):
             a, b = values(records["q1"], metric), values(records["q2"], metric)
@@ -563,7 +532,7 @@ CSV_KEYS = ["model", "seed", "dtype", "epochs", "n_iter", "fit_s", "fit_cpu_s", 
 def main(argv=None):
     args = parse_args(argv)
     records, summary = Q.run_main(
-        "qep_timeseries.py  -  DeepQEPRegressor, Table B.1 analogue (step/turn series) vs the "
+        "qep/timeseries.py  -  DeepQEPRegressor, Table B.1 analogue (step/turn series) vs the "
         "paper and GPyTorch's DeepGP", args,
         f"accuracy fits {args.dtype} (every model), timing fits float64; torch default "
         "dtype float64", run, report, extra=("gpytorch",))

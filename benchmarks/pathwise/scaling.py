@@ -1,4 +1,4 @@
-"""Protocol A / A' (spec pathwise.md §7): cost of S posterior draws at n* query points.
+"""Protocol A / A': cost of S posterior draws at n* query points.
 
 Default (headline, protocol A'): d = 2, fixed kernel
 ``ConstantKernel(1.0, "fixed") * Matern(0.5, "fixed", nu=2.5) + WhiteKernel(1e-2, "fixed")``,
@@ -32,18 +32,21 @@ time "functions built once, then evaluated": build = ``sample_functions`` /
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_scaling.py                 # headline (A')
-    .venv/bin/python benchmarks/pathwise_scaling.py --quick         # smoke run
-    .venv/bin/python benchmarks/pathwise_scaling.py --sweep --repeats 1
+    .venv/bin/python benchmarks/pathwise/scaling.py                 # headline (A')
+    .venv/bin/python benchmarks/pathwise/scaling.py --quick         # smoke run
+    .venv/bin/python benchmarks/pathwise/scaling.py --sweep --repeats 1
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 from _fits import write_json
 
 import argparse
-import functools
 import math
-import os
 import warnings
 
 import numpy as np
@@ -117,13 +120,7 @@ def setup(cfg):
     state["ref_mean"], state["ref_var"] = _reference(X, y, Xs[:N_CHECK])
     method = cfg["method"]
     if method == "botorch":
-        from botorch.models import SingleTaskGP
-        from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
-        from gpytorch.kernels import MaternKernel, ScaleKernel
-
-        state["botorch"] = (SingleTaskGP, draw_kernel_feature_paths, draw_matheron_paths,
-                            MaternKernel, ScaleKernel)
-        model = _botorch_model(state)
+        model = _botorch_model(state)  # loads BoTorch outside the timed region
         with torch.no_grad():
             X_check = torch.as_tensor(Xs[:N_CHECK], dtype=torch.float64, device=cfg["device"])
             post_mean = model.posterior(X_check).mean.squeeze(-1).cpu()
@@ -137,19 +134,11 @@ def setup(cfg):
 
 
 def _botorch_model(state):
-    SingleTaskGP, _, _, MaternKernel, ScaleKernel = state["botorch"]
-    dev = state["cfg"]["device"]
-    train_X = torch.as_tensor(state["X"], dtype=torch.float64, device=dev)
-    train_Y = torch.as_tensor(state["y"], dtype=torch.float64, device=dev).unsqueeze(-1)
-    train_Yvar = torch.full_like(train_Y, NOISE)
-    covar = ScaleKernel(MaternKernel(nu=NU, ard_num_dims=None))
-    model = SingleTaskGP(train_X, train_Y, train_Yvar=train_Yvar, covar_module=covar,
-                         outcome_transform=None).to(device=dev, dtype=torch.float64)
-    model.covar_module.base_kernel.lengthscale = LENGTH_SCALE
-    model.covar_module.outputscale = AMPLITUDE
-    model.mean_module.constant = 0.0
-    model.eval()
-    return model
+    from _baselines import botorch_exact_gp
+
+    return botorch_exact_gp(state["X"], state["y"], noise=NOISE, nu=NU,
+                            length_scale=LENGTH_SCALE, amplitude=AMPLITUDE,
+                            device=state["cfg"]["device"])
 
 
 def run_once(state):
@@ -195,8 +184,8 @@ def run_once(state):
             out.update(build=t_build.seconds, eval=t_eval.seconds)
             info["eval_shape"] = list(values.shape)
     elif method == "botorch":
-        _, draw_features, draw_matheron, _, _ = state["botorch"]
-        prior_sampler = functools.partial(draw_features, num_features=F)
+        from _baselines import botorch_paths
+
         torch.manual_seed(seed)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         with C.Timer(dev) as t_all:
@@ -204,8 +193,7 @@ def run_once(state):
                 model = _botorch_model(state)
             with torch.no_grad():
                 with C.Timer(dev) as t_build:
-                    paths = draw_matheron(model, sample_shape=torch.Size([S]),
-                                          prior_sampler=prior_sampler)
+                    paths = botorch_paths(model, S, F)
                 Xs_t = torch.as_tensor(Xs, dtype=torch.float64, device=dev)
                 values = paths(Xs_t)  # (S, n*), latent
                 noise = torch.randn(values.shape, generator=gen, dtype=torch.float64)
@@ -361,7 +349,7 @@ def print_config_table(args, n, n_star, S, rows):
 
 
 def check_targets(args, results):
-    """PASS/MISS lines for the issue's targets (when their configuration was run)."""
+    """PASS/MISS lines for the targets (when their configuration was run)."""
     lines = []
 
     def get(n, n_star, method):
@@ -403,7 +391,7 @@ def check_targets(args, results):
                          f"imports; {C.fmt_bytes(peak - ours['baseline_rss'])} above "
                          "the post-set-up RSS)")
     if lines:
-        print("Targets (first pathwise issue), measured in this run:")
+        print("Targets, measured in this run:")
         for line in lines:
             print("  " + line)
         print(flush=True)
@@ -465,7 +453,7 @@ def main(argv=None):
                 for a, b in (c.lower().split("x") for c in configs.split(","))]
         title = "Protocol A': headline settings (d=2, Matern-5/2 ell=0.5, noise 1e-2, S=64)"
         args.skip_extrapolated = False
-    C.print_header(f"pathwise_scaling.py  -  {title}", args, extra=("gpytorch", "botorch"),
+    C.print_header(f"pathwise/scaling.py  -  {title}", args, extra=("gpytorch", "botorch"),
                    device=args.device)
     results, history = {}, {}
     for n, n_star, S in plan:

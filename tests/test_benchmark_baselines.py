@@ -1,15 +1,44 @@
-"""The Adam baseline of the sparse DKP (skgpx/dkp/_sparse_adam.py)."""
+"""The baselines of our own making that the benchmarks run: Adam for the sparse DKP
+(``benchmarks/dkp/_adam.py``) and our SVGP engine with Adam on ``q`` instead of natural
+steps (``benchmarks/pathwise/_adam_q.py``).  The benchmarks are scripts, not a package:
+each module is loaded from its file."""
+
+import importlib.util
+import pathlib
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import make_friedman1
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from skgpx.dkp._model import DKPConfig
-from skgpx.dkp._sparse_adam import adam_fit, collapsed_q, uncollapsed_bound
-from skgpx.dkp._sparse._lbfgs import Packing
-from skgpx.dkp._sparse._model import SparseDKPState, prior_mean_grams, reference_objective
-from skgpx._inducing._rows import Rows
+from skgpx.dkp._sparse_lbfgs import Packing
+from skgpx.dkp._sparse_model import SparseDKPState
+from skgpx.dkp._sparse_model import prior_mean_grams
+from skgpx.dkp._sparse_model import reference_objective
+from skgpx.pathwise._likelihoods import Bernoulli
+from skgpx.pathwise._sparse import Rows
+from skgpx.pathwise._svgp import WhitenedQ
+from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW
+from skgpx.pathwise._svgp_fit import SVGPMode
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(relative, name):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_adam = _load("dkp/_adam.py", "benchmark_dkp_adam")
+adam_fit, collapsed_q, uncollapsed_bound = (_adam.adam_fit, _adam.collapsed_q,
+                                            _adam.uncollapsed_bound)
+AdamQSVGP = _load("pathwise/_adam_q.py", "benchmark_adam_q").AdamQSVGP
 
 
 def _config(objective="dkp", input_scale=True, skip=True):
@@ -116,3 +145,47 @@ def test_time_cap_stops_after_the_epoch_that_crosses_it():
     fit = adam_fit(config, state, rows, epochs=5, batch_size=20, lr=1e-3, seed=0,
                    evaluate_every=3, max_seconds=0.0)
     assert fit.passes == [0, 1] and len(fit.history) == 2 and fit.seconds[1] > 0
+
+
+# ---------------------------------------------------------------- SVGP, Adam on q
+
+
+def _classification(n=120, m=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    Y = (torch.sin(2.0 * X) + 0.3 * torch.randn(n, 1, generator=gen, dtype=torch.float64)
+         > 0).to(torch.float64)
+    return Rows(X, Y, torch.zeros(n, dtype=torch.float64)), X[:m].clone()
+
+
+def _fit(engine, rows, Z, **params):
+    mode = engine(ConstantKernel(1.0) * RBF(1.0), Bernoulli("logit"), optimizer="adam",
+                  minibatch_size=40, batch_size=32, **params)
+    mode.fit(rows, Z, np.random.RandomState(0))
+    return mode
+
+
+def test_adam_on_q_keeps_the_engines_stopping_rule_and_stores_a_whitened_q():
+    # tol=1.0: any rise is within tol, so the window rule stops as soon as it can
+    rows, Z = _classification()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        mode = _fit(AdamQSVGP, rows, Z, max_iter=20, tol=1.0)
+    assert mode.n_iter == PLATEAU_WINDOW + 1 == len(mode.history)
+    assert isinstance(mode.q, WhitenedQ) and np.isfinite(mode.elbo)
+    assert not hasattr(mode, "_q_opt")  # the Adam state does not outlive the fit
+
+
+def test_adam_on_q_climbs_the_bound_and_differs_from_natural_steps():
+    # Adam steps along the surrogate's gradient: a sign error in it, or a step on the
+    # wrong parameters, would lower the bound from the prior q or leave q at the prior
+    rows, Z = _classification()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        adam = _fit(AdamQSVGP, rows, Z, max_iter=30, tol=None, learning_rate=0.05,
+                    optimize_inducing=False)
+        natural = _fit(SVGPMode, rows, Z, max_iter=30, tol=None, learning_rate=0.05,
+                       optimize_inducing=False)
+    assert adam.history[-1] > adam.history[0] + 0.05 * rows.X.shape[0]
+    assert float(adam.q.mean.abs().max()) > 0.1
+    assert not np.allclose(natural.history, adam.history)  # q is not moved by natural steps

@@ -1,4 +1,4 @@
-"""Protocol B (spec pathwise.md §7): accuracy of posterior draws against the exact GP.
+"""Protocol B: accuracy of posterior draws against the exact GP.
 
 Set-up (d = 1, default): n = 1000 training inputs X ~ U(0, 1), y = sin(4 pi x) + noise,
 kernel ``ConstantKernel(1.0, "fixed") * Matern(0.1, "fixed", nu=2.5) + WhiteKernel(1e-2,
@@ -25,22 +25,24 @@ Mean +- sd over seeds.
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_accuracy.py            # d = 1, 5 seeds
-    .venv/bin/python benchmarks/pathwise_accuracy.py --d2       # d = 1 and d = 2
-    .venv/bin/python benchmarks/pathwise_accuracy.py --quick    # 2 seeds, F in {256, 1024}
+    .venv/bin/python benchmarks/pathwise/accuracy.py            # d = 1, 5 seeds
+    .venv/bin/python benchmarks/pathwise/accuracy.py --d2       # d = 1 and d = 2
+    .venv/bin/python benchmarks/pathwise/accuracy.py --quick    # 2 seeds, F in {256, 1024}
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
-from _fits import fmt_mean_sd, paired
+from _fits import draw_metrics, floor_draws, fmt_mean_sd, paired, sym_sqrt
 
 import argparse
-import functools
-import os
 import time
 import warnings
 
 import numpy as np
-import torch
 
 SCRIPT = os.path.abspath(__file__)
 LENGTH_SCALE, NOISE, NU, N_TRAIN, N_GRID = 0.1, 1e-2, 2.5, 1000, 64
@@ -77,34 +79,6 @@ def exact_posterior(X, y, Xg):
     return m, 0.5 * (Cov + Cov.T)
 
 
-def sym_sqrt(A):
-    lam, U = np.linalg.eigh(0.5 * (A + A.T))
-    return (U * np.sqrt(np.clip(lam, 0.0, None))) @ U.T
-
-
-def w2_gaussian(m_hat, C_hat, m, C, C_half=None):
-    """2-Wasserstein distance between N(m_hat, C_hat) and N(m, C)."""
-    C_half = sym_sqrt(C) if C_half is None else C_half
-    M = C_half @ C_hat @ C_half
-    mu = np.linalg.eigvalsh(0.5 * (M + M.T))
-    cross = np.sqrt(np.clip(mu, 0.0, None)).sum()
-    w2sq = np.sum((m_hat - m) ** 2) + np.trace(C_hat) + np.trace(C) - 2.0 * cross
-    return float(np.sqrt(max(w2sq, 0.0)))
-
-
-def metrics(draws, m, C, C_half):
-    """draws: (n*, S)."""
-    S = draws.shape[1]
-    m_hat = draws.mean(1)
-    C_hat = np.cov(draws)
-    v = np.diag(C)
-    return {
-        "w2": w2_gaussian(m_hat, C_hat, m, C, C_half),
-        "z": float(np.max(np.abs(m_hat - m) / np.sqrt(v / S))),
-        "var": float(np.max(np.abs(np.diag(C_hat) / v - 1.0))),
-    }
-
-
 # ---------------------------------------------------------------- samplers
 
 
@@ -117,43 +91,17 @@ def draw_ours(X, y, Xg, S, seed, *, F, **options):
 
 
 def draw_botorch(X, y, Xg, S, seed, *, F):
-    from botorch.models import SingleTaskGP
-    from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
-    from gpytorch.kernels import MaternKernel, ScaleKernel
+    from _baselines import botorch_draws, botorch_exact_gp
 
-    train_X = torch.as_tensor(X, dtype=torch.float64)
-    train_Y = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
-    model = SingleTaskGP(train_X, train_Y, train_Yvar=torch.full_like(train_Y, NOISE),
-                         covar_module=ScaleKernel(MaternKernel(nu=NU)),
-                         outcome_transform=None).to(torch.float64)
-    model.covar_module.base_kernel.lengthscale = LENGTH_SCALE
-    model.covar_module.outputscale = 1.0
-    model.mean_module.constant = 0.0
-    model.eval()
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        paths = draw_matheron_paths(
-            model, sample_shape=torch.Size([S]),
-            prior_sampler=functools.partial(draw_kernel_feature_paths, num_features=F))
-        return paths(torch.as_tensor(Xg, dtype=torch.float64)).T.numpy()
-
-
-def qmc_available():
-    """Whether this skgpx has the opt-in ``frequency_sampling="qmc"``."""
-    from skgpx import PathwiseGPSampler
-
-    return "frequency_sampling" in PathwiseGPSampler().get_params()
+    model = botorch_exact_gp(X, y, noise=NOISE, nu=NU, length_scale=LENGTH_SCALE,
+                             amplitude=1.0)
+    return botorch_draws(model, Xg, S, F, seed)[1].T.numpy()
 
 
 METHOD_KEYS = {"ours prior='exact'": "exact", "ours shared": "shared",
                "ours shared qmc": "qmc",
                "ours independent": "independent", "botorch (shared)": "botorch",
                "ours weight_space": "weight_space"}
-
-
-def draw_floor(m, C_half, S, seed):
-    z = np.random.default_rng(10_000 + seed).standard_normal((m.shape[0], S))
-    return m[:, None] + C_half @ z
 
 
 # ---------------------------------------------------------------- driver
@@ -165,7 +113,7 @@ FLOOR = "MC floor (exact loc.-scale)"
 def make_sampler(name, F, X, y, Xg, m, C_half, S):
     """A function seed -> draws (n*, S) for one method."""
     if name == FLOOR:
-        return lambda s: draw_floor(m, C_half, S, s)
+        return lambda s: floor_draws(m, C_half, S, s)
     if name == "ours prior='exact'":
         return lambda s: draw_ours(X, y, Xg, S, s, F=1024, prior="exact")
     if name == "ours shared":
@@ -199,7 +147,7 @@ def cell_run(state):
         draws = state["fn"](seed)
         elapsed = time.perf_counter() - t0
         assert draws.shape == (state["n_star"], cfg["S"]), draws.shape
-        per_seed.append({**metrics(draws, state["m"], state["Cov"], state["C_half"]),
+        per_seed.append({**draw_metrics(draws, state["m"], state["Cov"], state["C_half"]),
                          "seconds": elapsed})
     return {"total": time.perf_counter() - t_all, "info": {"per_seed": per_seed}}
 
@@ -214,10 +162,8 @@ def run_dimension(args, d):
 
     specs = [(FLOOR, None), ("ours prior='exact'", None)]
     for F in args.features:
-        specs += [("ours shared", F)]
-        if qmc_available():
-            specs += [("ours shared qmc", F)]
-        specs += [("ours independent", F), ("botorch (shared)", F), ("ours weight_space", F)]
+        specs += [("ours shared", F), ("ours shared qmc", F), ("ours independent", F),
+                  ("botorch (shared)", F), ("ours weight_space", F)]
     specs = [(name, F) for name, F in specs
              if name == FLOOR or METHOD_KEYS[name] in args.methods]
     results = {}
@@ -346,7 +292,7 @@ def main(argv=None):
         args.seeds = min(args.seeds, 2)
         args.features = [F for F in args.features if F <= 1024]
     warnings.filterwarnings("ignore")
-    C.print_header("pathwise_accuracy.py  -  Protocol B: W2 to the exact posterior", args,
+    C.print_header("pathwise/accuracy.py  -  Protocol B: W2 to the exact posterior", args,
                    extra=("gpytorch", "botorch"))
     dims = [2] if args.only_d2 else ([1, 2] if args.d2 else [1])
     for d in dims:

@@ -1,9 +1,9 @@
-"""Issue 32: is the sparse softmax fit's underconfidence on digits its approximation's?
+"""Is the sparse softmax fit's underconfidence on digits its approximation's?
 
 The fit (accuracy 0.971, mean confidence 0.921, ECE 0.050) is underconfident; each part
 removes one approximation and asks whether the confidence moves.
 
-One thread, float64, the data of ``pathwise_classifier.py`` (digits, 75/25 stratified,
+One thread, float64, the data of ``pathwise/classifier.py`` (digits, 75/25 stratified,
 standardised).  The kernel is fixed at the ``kernel_`` of the sparse softmax fit
 (``PathwiseGPClassifier(multi_class="softmax", n_inducing=128, random_state=0)``); every
 row reports the bound where one is defined, accuracy, log-loss, 15-bin ECE, the mean
@@ -40,11 +40,19 @@ Parts (``--parts``, comma-separated; all by default):
 
 Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/softmax_calibration.py
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/softmax_calibration.py --quick --parts joint
+    .venv/bin/python benchmarks/pathwise/softmax_calibration.py
+    .venv/bin/python benchmarks/pathwise/softmax_calibration.py --quick --parts joint
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
+from _fits import bundled_classification as bundled
+from _fits import classification_scores as scores
+from _fits import rbf_classifier_kernel as kernel
 
 import argparse
 import time
@@ -53,7 +61,6 @@ import warnings
 import numpy as np
 import scipy.linalg as sl
 import torch
-from pathwise_classifier import bundled, kernel, scores
 
 PARTS = ("full_rank", "joint", "laplace")
 HEADERS = ["model", "bound", "accuracy", "log-loss", "ECE", "confidence", "seconds"]
@@ -306,7 +313,7 @@ def main():
                   f"(Laplace: also two shorter length scales)", HEADERS, rows,
                   notes=["bound: the ELBO (sparse, full-rank and q(v) rows); for the Laplace "
                          "rows the Laplace approximation of log p(y), not a bound"])
-    C.finish("Issue 32, softmax calibration", lines)
+    C.finish("Softmax calibration", lines)
 
 
 if __name__ == "__main__":

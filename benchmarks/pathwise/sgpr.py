@@ -1,4 +1,4 @@
-"""Issue 14, sparse mode of ``PathwiseGPSampler``: SGPR fit, sparse draws, draw accuracy.
+"""Sparse mode of ``PathwiseGPSampler``: SGPR fit, sparse draws, draw accuracy.
 
 One thread, float64, kernel ``ConstantKernel() * RBF(np.ones(d)) + WhiteKernel()`` (RBF ARD
 with an output scale and a learnt noise; GPyTorch/BoTorch: ``ScaleKernel(RBFKernel(
@@ -28,7 +28,7 @@ Part "fit" (n = 200 000, d = 10, m = 256):
   bound per row, while ours stores the bound itself (``log_marginal_likelihood_value_``,
   normalised-y units like sklearn's LML).  We compare ELBO/n = ours / n against
   GPyTorch's ``mll(...)`` value, and check both scalings against an independent chunked
-  numpy evaluation of the bound (spec section 2.3) at the start and at each method's
+  numpy evaluation of the bound (Titsias, AISTATS 2009) at the start and at each method's
   final hyperparameters.
 * Then n = 1 000 000, ours only: fit time and peak RSS of the child (target < 2 GB).
 
@@ -43,32 +43,37 @@ same Z, the same kernel hyperparameters and our q(u) = N(q_mu_, q_sqrt_ q_sqrt_^
 the Cholesky factor BoTorch itself uses), built and evaluated under ``torch.no_grad()``,
 output mapped back to y units like ours: time ratio (target ours >= 3x faster).
 
-Part "w2" (accuracy, spec protocol B for the sparse posterior): friedman1 n = 2000,
+Part "w2" (accuracy, protocol B of ``accuracy.py`` for the sparse posterior): friedman1 n = 2000,
 y standardised by the script, fixed kernel ``ConstantKernel(1.0) * RBF([1]*5 + [4]*5) +
 WhiteKernel(0.05)`` (all fixed), m = 64 inducing points (our k-means++ choice,
 ``n_inducing=64, random_state=0``), n* = 64 query points (48 in [0, 1]^10, 16 in
 [-0.5, 1.5]^10), S = 2000 draws, 5 seeds.  Reference: the sparse posterior with the
 SGPR-optimal q(u), mean k(.,Z) Kzz^-1 mu_u and covariance k - Q + k(.,Z) Kzz^-1 S_u
-Kzz^-1 k(Z,.), computed densely in numpy (spec 2.3).  W2, max |z| of the mean and
-max |v_hat/v - 1| come from ``pathwise_accuracy.py`` (imported).  Rows: the MC floor
+Kzz^-1 k(Z,.), computed densely in numpy (Titsias, AISTATS 2009).  W2, max |z| of the mean and
+max |v_hat/v - 1| come from ``_fits.draw_metrics``.  Rows: the MC floor
 (S exact Gaussian draws), ours shared basis (F = 1024), ours ``shared_basis=False``, and
 BoTorch at the same F and m with our q(u).  Targets: W2(ours shared) <= W2(BoTorch);
 W2(ours independent) <= 1.5 x floor.
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_sparse.py                  # full protocol
-    .venv/bin/python benchmarks/pathwise_sparse.py --quick          # smoke run
-    .venv/bin/python benchmarks/pathwise_sparse.py --device cuda --parts fit,draws  # on a GPU
-    .venv/bin/python benchmarks/pathwise_sparse.py --parts w2       # one part
+    .venv/bin/python benchmarks/pathwise/sgpr.py                  # full protocol
+    .venv/bin/python benchmarks/pathwise/sgpr.py --quick          # smoke run
+    .venv/bin/python benchmarks/pathwise/sgpr.py --device cuda --parts fit,draws  # on a GPU
+    .venv/bin/python benchmarks/pathwise/sgpr.py --parts w2       # one part
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
-from _fits import fmt_mean_sd, paired, write_json
+import _baselines as B
+from _fits import draw_metrics, floor_draws, fmt_mean_sd, paired, sym_sqrt, write_json
 
 import argparse
 import functools
-import os
 import shutil
 import tempfile
 import time
@@ -77,8 +82,6 @@ import warnings
 import numpy as np
 import scipy.linalg
 import torch
-
-import pathwise_accuracy as PA
 
 SCRIPT = os.path.abspath(__file__)
 D = 10
@@ -138,7 +141,7 @@ def sparse_available():
     return "n_inducing" in PathwiseGPSampler().get_params()
 
 
-# ---------------------------------------------------------------- numpy reference (spec 2.3)
+# ---------------------------------------------------------------- numpy reference (Titsias' bound)
 
 
 def _rbf(amplitude, length_scale, A, B):
@@ -150,7 +153,8 @@ def _rbf(amplitude, length_scale, A, B):
 def collapsed_elbo(X, y, Z, amplitude, length_scale, noise, chunk=20_000):
     """Titsias' collapsed bound log N(y|0, Q + s2 I) - tr(K - Q)/(2 s2), chunked numpy.
 
-    The stable form of spec 2.3 (no jitter: Kzz is factorised as given)."""
+    In its stable form, through the Cholesky factors of Kzz and I + A A^T with
+    A = L^-1 Kzx / sigma (no jitter: Kzz is factorised as given)."""
     m, n = Z.shape[0], X.shape[0]
     L = np.linalg.cholesky(_rbf(amplitude, length_scale, Z, Z))
     AAt, Ay, sigma = np.zeros((m, m)), np.zeros(m), np.sqrt(noise)
@@ -167,7 +171,7 @@ def collapsed_elbo(X, y, Z, amplitude, length_scale, noise, chunk=20_000):
 
 
 def optimal_q(X, y, Z, amplitude, length_scale, noise):
-    """SGPR-optimal q(u) = N(mu, R R^T): mu = L LB^-T c, R = L LB^-T (spec 2.3)."""
+    """SGPR-optimal q(u) = N(mu, R R^T): mu = L LB^-T c, R = L LB^-T (Titsias, 2009)."""
     m = Z.shape[0]
     L = np.linalg.cholesky(_rbf(amplitude, length_scale, Z, Z))
     A = scipy.linalg.solve_triangular(L, _rbf(amplitude, length_scale, Z, X),
@@ -196,38 +200,6 @@ class _Stop(Exception):
     """Raised inside the L-BFGS closure to end training (target reached or time cap)."""
 
 
-def gpytorch_sgpr(X, y, Z, amplitude, length_scale, noise, learn_z=False):
-    """GPyTorch SGPR (ExactGP + InducingPointKernel) with the given starting values."""
-    import gpytorch
-
-    class SGPR(gpytorch.models.ExactGP):
-        def __init__(self, train_x, train_y, likelihood):
-            super().__init__(train_x, train_y, likelihood)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.base_covar = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=train_x.shape[1]))
-            self.covar_module = gpytorch.kernels.InducingPointKernel(
-                self.base_covar, inducing_points=torch.as_tensor(Z).clone(),
-                likelihood=likelihood)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    train_x, train_y = torch.as_tensor(X), torch.as_tensor(y)
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    model = SGPR(train_x, train_y, likelihood)
-    model.base_covar.outputscale = amplitude
-    model.base_covar.base_kernel.lengthscale = torch.as_tensor(
-        np.asarray(length_scale, float)).reshape(1, -1)
-    likelihood.noise = noise
-    model.covar_module.inducing_points.requires_grad_(learn_z)
-    model.train()
-    likelihood.train()
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-    return model, likelihood, mll, train_x, train_y
-
-
 def gpytorch_params(model, likelihood):
     return (float(model.base_covar.outputscale),
             model.base_covar.base_kernel.lengthscale.detach().numpy().ravel().copy(),
@@ -240,7 +212,7 @@ def train_gpytorch(X, y, Z, init, method, target, cap, lr=0.1, learn_z=False):
     The clock starts before the model is built.  ELBO/n is GPyTorch's own ``mll`` value
     (the bound divided by n), read at every loss evaluation."""
     start = time.perf_counter()
-    model, likelihood, mll, train_x, train_y = gpytorch_sgpr(X, y, Z, *init, learn_z=learn_z)
+    model, likelihood, mll, train_x, train_y = B.gpytorch_sgpr(X, y, Z, *init, learn_z=learn_z)
     params = [p for p in model.parameters() if p.requires_grad]
     trace, state = [], {"reached": None, "best": -np.inf, "evals": 0}
 
@@ -301,56 +273,6 @@ def train_gpytorch(X, y, Z, init, method, target, cap, lr=0.1, learn_z=False):
         "Z": model.covar_module.inducing_points.detach().numpy() if learn_z else None,
         "trace": trace,
     }
-
-
-# ---------------------------------------------------------------- BoTorch SVGP
-
-
-def botorch_model(X, Z, q_mu, q_sqrt, amplitude, length_scale):
-    """SingleTaskVariationalGP carrying Z, the kernel and q(u) = N(q_mu, q_sqrt q_sqrt^T).
-
-    GPyTorch's ``VariationalStrategy`` is whitened: u = L u_w with L the Cholesky factor of
-    Kzz that BoTorch's pathwise update uses, so we load mean L^-1 q_mu and the lower
-    Cholesky factor of (L^-1 q_sqrt)(L^-1 q_sqrt)^T (a QR of (L^-1 q_sqrt)^T).  The
-    strategy is marked initialised, or its first call would overwrite q(u)."""
-    from botorch.models import SingleTaskVariationalGP
-    from gpytorch.kernels import RBFKernel, ScaleKernel
-
-    d = X.shape[1]
-    model = SingleTaskVariationalGP(
-        torch.as_tensor(X), inducing_points=torch.as_tensor(Z).clone(),
-        covar_module=ScaleKernel(RBFKernel(ard_num_dims=d)), learn_inducing_points=False)
-    inner = model.model
-    inner.covar_module.outputscale = amplitude
-    inner.covar_module.base_kernel.lengthscale = torch.as_tensor(
-        np.asarray(length_scale, float)).reshape(1, -1)
-    inner.mean_module.constant = 0.0
-    strategy = inner.variational_strategy
-    with torch.no_grad():
-        prior = strategy(torch.as_tensor(Z), prior=True).lazy_covariance_matrix
-        L = strategy._cholesky_factor(prior).to_dense().numpy()
-        M = scipy.linalg.solve_triangular(L, q_sqrt, lower=True)
-        _, r = np.linalg.qr(M.T)
-        chol = r.T * np.sign(np.diag(r))[None, :]
-        dist = strategy._variational_distribution
-        dist.variational_mean.copy_(torch.as_tensor(
-            scipy.linalg.solve_triangular(L, np.ravel(q_mu), lower=True)))
-        dist.chol_variational_covar.copy_(torch.as_tensor(chol))
-        strategy.variational_params_initialized.fill_(1)
-    model.eval()
-    return model.to(DEVICE)
-
-
-def botorch_draw(model, Xq, S, F, seed):
-    """(S, n*) latent draws by draw_matheron_paths (seeded through torch's global RNG)."""
-    from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
-
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        paths = draw_matheron_paths(
-            model, sample_shape=torch.Size([S]),
-            prior_sampler=functools.partial(draw_kernel_feature_paths, num_features=F))
-        return paths, paths(torch.as_tensor(Xq, device=DEVICE))
 
 
 # ---------------------------------------------------------------- ours
@@ -422,8 +344,9 @@ def setup(cfg):
         state.update(Xs=Xs, est=est, ref=(mean, std ** 2))
         if kind == "botorch-draws":
             st = fitted_state(est)
-            state["model"] = botorch_model(X, st["Z"], st["q_mu"], st["q_sqrt"],
-                                           st["amplitude"], st["length_scale"])
+            state["model"] = B.botorch_variational_gp(X, st["Z"], st["q_mu"], st["q_sqrt"],
+                                                      st["amplitude"], st["length_scale"],
+                                                      DEVICE)
             state["y_affine"] = (st["y_mean"], st["y_std"])
             del state["est"]
     elif kind == "w2":
@@ -585,7 +508,7 @@ def w2_problem(cfg):
         Z, _ = kmeans_plusplus(X, cfg["m"], random_state=0)
     q_mu, q_sqrt = optimal_q(X, y, Z, W2_AMPLITUDE, np.array(W2_LENGTH_SCALES), s2)
     mean, cov = sparse_moments(Z, q_mu, q_sqrt, W2_AMPLITUDE, np.array(W2_LENGTH_SCALES), Xg)
-    out.update(Z=Z, q=(q_mu, q_sqrt), mean=mean, cov=cov, C_half=PA.sym_sqrt(cov))
+    out.update(Z=Z, q=(q_mu, q_sqrt), mean=mean, cov=cov, C_half=sym_sqrt(cov))
     info = {"var_min": float(np.diag(cov).min()), "var_max": float(np.diag(cov).max()),
             "trace": float(np.trace(cov))}
     if cfg["sparse"]:
@@ -610,8 +533,8 @@ def w2_problem(cfg):
     else:
         out["q_ours"] = (q_mu, q_sqrt)
     if "botorch (shared)" in cfg["methods"]:
-        out["bo_model"] = botorch_model(X, Z, *out["q_ours"], W2_AMPLITUDE,
-                                        np.array(W2_LENGTH_SCALES))
+        out["bo_model"] = B.botorch_variational_gp(X, Z, *out["q_ours"], W2_AMPLITUDE,
+                                                   np.array(W2_LENGTH_SCALES), DEVICE)
     out["problem_info"] = info
     return out
 
@@ -626,14 +549,15 @@ def _run_w2(state):
         for seed in range(cfg["seeds"]):
             t0 = time.perf_counter()
             if name == "MC floor":
-                draws = PA.draw_floor(m, C_half, S, seed)
+                draws = floor_draws(m, C_half, S, seed)
             elif name == "botorch (shared)":
-                draws = botorch_draw(state["bo_model"], Xg, S, F, seed)[1].T.cpu().numpy()
+                _, latent = B.botorch_draws(state["bo_model"], Xg, S, F, seed, DEVICE)
+                draws = latent.T.cpu().numpy()
             else:
                 draws = state["ests"][name].sample_y(Xg, n_samples=S, random_state=seed)
             seconds = time.perf_counter() - t0
             assert draws.shape == (Xg.shape[0], S), draws.shape
-            rows.append({**PA.metrics(draws, m, cov, C_half), "seconds": seconds})
+            rows.append({**draw_metrics(draws, m, cov, C_half), "seconds": seconds})
         per_method[name] = rows
     return {"total": time.perf_counter() - t_all,
             "info": {"per_method": per_method, "problem": state["problem_info"]}}
@@ -727,8 +651,6 @@ def part_w2(args):
                if name != "botorch (shared)" or C.available("botorch", "gpytorch")]
     if not args.sparse:
         methods = [name for name in methods if not name.startswith("ours")]
-    if not PA.qmc_available():
-        methods = [name for name in methods if name != "ours shared qmc"]
     cfg = {"kind": "w2", "n": args.w2_n, "m": args.w2_m, "n_star": 64, "S": args.w2_S,
            "F": args.features, "seeds": args.seeds, "methods": methods,
            "sparse": args.sparse}
@@ -794,7 +716,7 @@ def report_fit(args, res, lines):
         "ELBO/n (own): ours = log_marginal_likelihood_value_ / n; GPyTorch = its "
         "ExactMarginalLogLikelihood value (already divided by n); the target is on these",
         "each final point re-evaluated: 'ours' objective' = our log_marginal_likelihood(theta) "
-        "/ n (Kzz + jitter * mean(diag) I); 'numpy, no jitter' = the bound of spec 2.3 in "
+        "/ n (Kzz + jitter * mean(diag) I); 'numpy, no jitter' = Titsias' bound in "
         "numpy with Kzz factorised as given (what GPyTorch computes when its Cholesky needs "
         "no jitter)",
         "evals: ours = objective evaluations (objective_history_), GPyTorch = loss "
@@ -948,7 +870,7 @@ def report_w2(args, rec, lines):
              f"unit cube, 16 outside), S={args.w2_S}, {args.seeds} seeds; fixed kernel "
              f"{W2_AMPLITUDE} * RBF({W2_LENGTH_SCALES}) + White({W2_NOISE})",
              "reference: the sparse posterior with the SGPR-optimal q(u), dense numpy "
-             f"(spec 2.3): variances in [{prob['var_min']:.3g}, {prob['var_max']:.3g}], "
+             f"(Titsias' optimal q): variances in [{prob['var_min']:.3g}, {prob['var_max']:.3g}], "
              f"trace {prob['trace']:.3g}",
              "W2 between N(mean, cov) of the draws and the reference; MC floor = W2 of S "
              "exact Gaussian draws (same S, same seeds); s / seed = seconds per set of S draws"]
@@ -1037,7 +959,7 @@ def main(argv=None):
         return
     args = parse_args(argv)
     args.sparse = sparse_available()
-    C.print_header("pathwise_sparse.py  -  issue 14: sparse fit, sparse draws, draw accuracy",
+    C.print_header("pathwise/sgpr.py  -  sparse fit, sparse draws, draw accuracy",
                    args, extra=("gpytorch", "botorch", "linear_operator"))
     print(f"load average at start: {C.load_average()}")
     if not args.sparse:
@@ -1059,7 +981,7 @@ def main(argv=None):
             report_w2(args, results["w2"], lines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    C.finish("Targets (issue 14, sparse)", lines)
+    C.finish("Targets (sparse mode)", lines)
     write_json(args.json, results)
 
 

@@ -1,4 +1,4 @@
-"""Issue 14, exact mode with ``solver="cg"``: 64 draws past the Cholesky limit, and the
+"""Exact mode with ``solver="cg"``: 64 draws past the Cholesky limit, and the
 moment oracle for CG draws against Cholesky draws.
 
 Kernel (fixed, ``optimizer=None``): ``ConstantKernel(1.0, "fixed") * RBF(0.5, "fixed") +
@@ -23,13 +23,13 @@ S = 2000 latent draws (``predict_noise="latent"``) with independent bases
 (``shared_basis=False``, F = 64: the covariance of the draws is then exact, so the tight
 test applies), the same ``random_state`` for every solver so that they share every random
 number.  Rows: ``solver="cholesky"`` and ``solver="cg"`` with rank 100 (``--oracle-ranks``).
-The test is spec 6.1 / ``tests/pathwise/test_moments.py`` (its helpers are imported): the
+The test is the moment oracle of ``tests/pathwise/test_moments.py`` (its helpers are imported): the
 exact latent posterior (dense numpy), max_i |m_hat_i - m_i| / sqrt(C_ii / S) <= 5 and
 max_ij |C_hat_ij - C_ij| / sqrt((C_ii C_jj + C_ij^2) / S) <= 5.5.  Also printed: max |CG
 draws - Cholesky draws| (same random numbers: the solver error alone) and the
 iterations of the fit solve (1 right-hand side) for ranks 0 and 100 at this n.
 
-Part "switch" (issue 31, item 4): where ``solver="auto"`` should factorise.  For each n
+Part "switch": where ``solver="auto"`` should factorise.  For each n
 in ``--switch-n`` (2000, 5000, 10 000; the same data and kernel, ``optimizer=None``,
 rank 100), in this process and interleaved (Cholesky first at even n positions, CG
 first at odd ones; ``--switch-repeats`` runs each, median): the fit with
@@ -46,25 +46,28 @@ against the memory available, which is what ``cholesky_max_n="auto"`` decides by
 
 Usage::
 
-    .venv/bin/python benchmarks/pathwise_cg.py                  # full protocol (CPU)
-    .venv/bin/python benchmarks/pathwise_cg.py --quick          # smoke run
-    .venv/bin/python benchmarks/pathwise_cg.py --device cuda    # the same on a GPU
-    .venv/bin/python benchmarks/pathwise_cg.py --parts switch   # issue 31: the Cholesky/CG switch
+    .venv/bin/python benchmarks/pathwise/cg.py                  # full protocol (CPU)
+    .venv/bin/python benchmarks/pathwise/cg.py --quick          # smoke run
+    .venv/bin/python benchmarks/pathwise/cg.py --device cuda    # the same on a GPU
+    .venv/bin/python benchmarks/pathwise/cg.py --parts switch   # the Cholesky/CG switch
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 from _fits import write_json
 
 import argparse
-import os
-import sys
 import time
 import warnings
 
 import numpy as np
 
 SCRIPT = os.path.abspath(__file__)
-ROOT = os.path.dirname(os.path.dirname(SCRIPT))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPT)))  # the repository
 PARTS = ("scale", "oracle", "switch")
 LENGTH_SCALE, NOISE = 0.5, 1e-2
 N_CHECK = 256
@@ -335,7 +338,7 @@ def report_oracle(args, rec, lines):
     notes = [f"n={args.oracle_n}, 40 query points in [-2.5, 2.5]^2 (exact posterior variances "
              f"in [{info['var_range'][0]:.2g}, {info['var_range'][1]:.2g}]), S={args.oracle_S}, "
              "shared_basis=False, F=64, the same random_state for every solver",
-             "z-scores and thresholds: tests/pathwise/_oracles.moment_z_scores (spec 6.1); "
+             "z-scores and thresholds: tests/pathwise/_oracles.moment_z_scores; "
              "max |draws - cholesky| = the solver error alone (same random numbers)",
              "iterations of the fit solve (1 right-hand side) at this n: " + ", ".join(
                  f"rank {r}: {v['cg_n_iter']} ({v['seconds']:.1f} s)"
@@ -393,7 +396,8 @@ def part_switch(args):
 
 
 def report_switch(args, res, lines):
-    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION, CHOLESKY_BUFFERS
+    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION
+    from skgpx.pathwise._exact_solver import CHOLESKY_BUFFERS
 
     available = res["available"]
     headers = ["n", "chol fit s", "cg fit s", "cg iters", "fit chol/cg", "chol predict+draws s",
@@ -485,7 +489,7 @@ def main(argv=None):
     if C.run_child_cell(setup, run_once, warmup=False):
         return
     args = parse_args(argv)
-    C.print_header("pathwise_cg.py  -  issue 14: exact draws with solver='cg'", args,
+    C.print_header("pathwise/cg.py  -  exact draws with solver='cg'", args,
                    device=args.device)
     print(f"load average at start: {C.load_average()}")
     results, lines = {}, []
@@ -500,7 +504,7 @@ def main(argv=None):
         report_switch(args, results["switch"], lines)
     records = {k: ({str(r): v for r, v in res.items()} if k in ("scale", "switch") else res)
                for k, res in results.items()}
-    C.finish("Targets (issue 14, CG)", lines)
+    C.finish("Targets (CG)", lines)
     write_json(args.json, records)
 
 

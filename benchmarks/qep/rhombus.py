@@ -1,4 +1,4 @@
-"""Table B.2 / B.3 analogue for ``DeepQEPClassifier`` (spec ``deep_qep.md`` §5, §6.4): the
+"""Table B.2 / B.3 analogue for ``DeepQEPClassifier`` (Chang et al., AABI 2025): the
 annular rhombus and the annulus, tested on the 50 x 50 grid of [-3, 3]^2.
 
 Data sets (N = 500 training points, X ~ N(0, I_2), three classes, no label noise)
@@ -9,7 +9,7 @@ Data sets (N = 500 training points, X ~ N(0, I_2), three classes, no label noise
   authors' script (torch seed 2019, u = 0.8573957, class counts 131/226/143), the data behind
   the paper's Table B.2, with the same labels;
 * ``rhombus-paper``: the same as ``rhombus`` with ``shape="paper"``, the printed formula
-  ``round(cos(a (|x1| + |x2|))) + 1`` (spec §1.5, caveat 5);
+  ``round(cos(a (|x1| + |x2|))) + 1`` (``doc/design_notes.rst``, "Data");
 * ``annulus`` (Table B.3; no generator in ``skgpx.datasets``, so it is built here in
   :func:`make_annulus`): ``y = round(cos(a ||x||_2) + 1)`` with the same ``a``, i.e. the
   rhombus rule with the Euclidean instead of the (script's) L1-like norm: three classes in
@@ -61,13 +61,18 @@ seeds x 2 deep models, plus 9 GPC fits of about 3.5 s) takes about 13 minutes.
 
 Usage::
 
-    .venv/bin/python benchmarks/qep_rhombus.py --quick        # 1 seed, 30 epochs
-    .venv/bin/python benchmarks/qep_rhombus.py                # 3 seeds, 1000 epochs
-    .venv/bin/python benchmarks/qep_rhombus.py --datasets rhombus-authors --models q1,gpc
+    .venv/bin/python benchmarks/qep/rhombus.py --quick        # 1 seed, 30 epochs
+    .venv/bin/python benchmarks/qep/rhombus.py                # 3 seeds, 1000 epochs
+    .venv/bin/python benchmarks/qep/rhombus.py --datasets rhombus-authors --models q1,gpc
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/qep_rhombus.{json,csv}``).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as Q
 from _fits import fmt_pm, mean_se, nanmean, values
@@ -89,7 +94,7 @@ MODELS = {
 }
 DEFAULT_MODELS = ("q1", "q2", "gpc")
 
-# spec §5: (ACC, ACC s.e., AUC) per paper row
+# the paper's (ACC, ACC s.e., AUC) per row
 PAPER = {
     "rhombus": {"GP": (0.810, 0.0, 0.940), "Deep GP": (0.825, 0.026, 0.905),
                 "QEP": (0.834, 0.0, 0.935), "Deep QEP": (0.856, 0.015, 0.878),
@@ -258,7 +263,7 @@ def report(args, records):
                       ["model", "ACC", "AUC", "log-loss", "train ACC", "fit s", "CPU s",
                        "fit / GPC", "paper ACC", "gap", "paper AUC", "gap", "ok", "warn"],
                       rows, align="l" + "r" * 13, notes=notes)
-    print("Checks (spec §6.4; the thresholds are test oracles on the script's rhombus labels):")
+    print("Checks (the thresholds are test oracles on the script's rhombus labels):")
     checks = {}
     for name, per_model in records.items():
         if "q1" in per_model and name == "rhombus":
@@ -322,7 +327,7 @@ CSV_KEYS = ["model", "seed", "fit_s", "fit_cpu_s", "n_iter", "final_loss", "acc"
 def main(argv=None):
     args = parse_args(argv)
     records, summary = Q.run_main(
-        "qep_rhombus.py  -  DeepQEPClassifier, Table B.2/B.3 analogue (annular rhombus, "
+        "qep/rhombus.py  -  DeepQEPClassifier, Table B.2/B.3 analogue (annular rhombus, "
         "annulus) vs the paper and sklearn's GPC", args,
         f"deep models {args.dtype}; sklearn's GPC float64", run, report)
     rows = (((name,), r) for name, per_model in records.items()

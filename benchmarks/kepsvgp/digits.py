@@ -1,11 +1,12 @@
-"""The KEP-SVGP image protocol on scikit-learn's digits (spec ``kep_svgp.md`` §7.2, §8): the
+"""The KEP-SVGP image protocol on scikit-learn's digits (Chen et al., ICML 2024): the
 metrics table of Table 1, the corruption table of Table 2 and the OOD table of Table 3, with
 KEP-SVGP attention against the same Transformer with softmax attention.
 
 Protocol
 --------
 ``load_digits``, X/16; ``train_test_split(test_size=0.3, stratify=y, random_state=seed)`` for
-seed 0-9 (the test of §8 uses seeds 3-7 in float64; this script covers 0-9). Every model is
+seed 0-9 (``tests/kepsvgp/test_paper.py`` uses seeds 3-7 in float64; this script covers
+0-9). Every model is
 ``KEPSVGPClassifier(tokenizer="patches", patch_size=2, d_model=32, n_heads=4, depth=2, rank=5,
 eta=0.1, kl_weight=1, n_mc_samples=10, max_iter=--epochs (100), batch_size=128, lr=3e-3,
 weight_decay=1e-4, random_state=seed)``, in ``--dtype`` (float32 by default):
@@ -34,19 +35,24 @@ digits 0-4 of the training split, scored on the test split's 0-4 (in) against 5-
 maximum predicted probability; ``skgpx.metrics.ood_auroc`` / ``ood_aupr`` (in %).
 
 Timing: wall-clock seconds per epoch of each fit (the training loop only, from ``history_``).
-The per-epoch ratio KEP / MSP is the issue's target (<= 1.15; the paper's Table 4: 1.04-1.08
+The per-epoch ratio KEP / MSP is the target (<= 1.15; the paper's Table 4: 1.04-1.08
 outside IMDB). The models of a seed run in rotated order, so drift in the machine's load
 spreads over all of them.
 
 Usage::
 
-    .venv/bin/python benchmarks/kepsvgp_digits.py --quick      # 2 seeds, 10 epochs
-    .venv/bin/python benchmarks/kepsvgp_digits.py              # seeds 0-9, 100 epochs (~40 min)
-    .venv/bin/python benchmarks/kepsvgp_digits.py --no-ood --no-corruption
+    .venv/bin/python benchmarks/kepsvgp/digits.py --quick      # 2 seeds, 10 epochs
+    .venv/bin/python benchmarks/kepsvgp/digits.py              # seeds 0-9, 100 epochs (~40 min)
+    .venv/bin/python benchmarks/kepsvgp/digits.py --no-ood --no-corruption
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/kepsvgp_digits.{json,csv}``).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 from _fits import column, fmt_pm, mean_se, nanmean, values
@@ -353,8 +359,8 @@ CSV_KEYS = ["model", "seed", "fit_s", "epoch_s", "final_loss", "temperature"] + 
 def main(argv=None):
     args = parse_args(argv)
     records, summary = F.run_main(
-        "kepsvgp_digits.py  -  KEPSVGPClassifier vs softmax attention on digits (Tables 1-3 "
-        "analogues, spec kep_svgp.md §7.2)", args, f"networks {args.dtype}", run, report)
+        "kepsvgp/digits.py  -  KEPSVGPClassifier vs softmax attention on digits (Tables 1-3 "
+        "analogues)", args, f"networks {args.dtype}", run, report)
     rows = (((), r) for recs in records.values() for r in recs)
     F.write_outputs(args, {"records": records, "summary": summary}, CSV_KEYS, rows)
 

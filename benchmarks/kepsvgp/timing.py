@@ -58,7 +58,7 @@ Targets (printed with PASS/MISS):
   the two largest sizes are printed too);
 * SGPA / KEP add >= 4x at N = 1024;
 * (the per-epoch KEP / softmax ratio <= 1.15 on the digits protocol is measured by
-  ``benchmarks/kepsvgp_digits.py``, not here).
+  ``benchmarks/kepsvgp/digits.py``, not here).
 
 ``--selftest`` checks the SGPA layer on a tiny case (N = 5, float64): output shape, finite
 gradients for every parameter and the input, and the posterior mean, covariance and KL
@@ -67,22 +67,26 @@ against a direct dense computation (explicit pairwise distances, ``torch.linalg.
 
 Usage::
 
-    .venv/bin/python benchmarks/kepsvgp_timing.py --quick        # N in {64, 256}, 2 repeats
-    .venv/bin/python benchmarks/kepsvgp_timing.py                # N in {64, 256, 1024, 4096}
-    .venv/bin/python benchmarks/kepsvgp_timing.py --device cuda --dtype float64
-    .venv/bin/python benchmarks/kepsvgp_timing.py --selftest
+    .venv/bin/python benchmarks/kepsvgp/timing.py --quick        # N in {64, 256}, 2 repeats
+    .venv/bin/python benchmarks/kepsvgp/timing.py                # N in {64, 256, 1024, 4096}
+    .venv/bin/python benchmarks/kepsvgp/timing.py --device cuda --dtype float64
+    .venv/bin/python benchmarks/kepsvgp/timing.py --selftest
 
 Records go to ``--json`` / ``--csv`` (default ``benchmarks/results/kepsvgp_timing.{json,csv}``,
 git-ignored).
 """
 
+import os  # noqa: I001  (the shared kit's folder on the path, the kit, then numpy)
+import sys
+
+if (kit := os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) not in sys.path:
+    sys.path.insert(0, kit)
 import _common as C  # noqa: I001  (first: pins the threads before numpy is imported)
 import _fits as F
 
 import argparse
 import gc
 import math
-import os
 import time
 
 import torch
@@ -492,7 +496,7 @@ def report(args, records, models):
         print(f"  n/a   SGPA / KEP add at N={RATIO_N} >= {RATIO_TARGET:g}x: {why}")
     targets["sgpa_over_kep_add"] = {"N": RATIO_N, "value": r, "target": RATIO_TARGET, "pass": ok}
     print("  info  per-epoch KEP / softmax time ratio <= 1.15 on the digits protocol: "
-          "measured by benchmarks/kepsvgp_digits.py")
+          "measured by benchmarks/kepsvgp/digits.py")
     print(flush=True)
     return {"slopes": slopes, "targets": targets}
 
@@ -555,7 +559,7 @@ def main(argv=None):
     else:
         default_limit = 6.0 * GiB
     mem_limit = default_limit if args.max_memory_gb is None else args.max_memory_gb * GiB
-    C.print_header("kepsvgp_timing.py  -  forward + backward time of one attention layer "
+    C.print_header("kepsvgp/timing.py  -  forward + backward time of one attention layer "
                    "against N: softmax, KEP-SVGP (add, concat, concat low-rank), standard SGPA",
                    args, device=device,
                    dtype_note=f"{args.dtype} layers and inputs (TF32 off on CUDA)")
