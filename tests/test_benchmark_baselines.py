@@ -15,15 +15,15 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from skgpx.dkp._model import DKPConfig
-from skgpx.dkp._sparse_lbfgs import Packing
-from skgpx.dkp._sparse_model import SparseDKPState
-from skgpx.dkp._sparse_model import prior_mean_grams
-from skgpx.dkp._sparse_model import reference_objective
-from skgpx.pathwise._likelihoods import Bernoulli
-from skgpx.pathwise._sparse import Rows
-from skgpx.pathwise._svgp import WhitenedQ
-from skgpx.pathwise._svgp_fit import PLATEAU_WINDOW
-from skgpx.pathwise._svgp_fit import SVGPMode
+from skgpx.dkp._sparse._lbfgs import StatePacking
+from skgpx.dkp._sparse._model import SparseDKPState
+from skgpx.dkp._sparse._model import prior_mean_grams
+from skgpx.dkp._sparse._model import reference_objective
+from skgpx.pathwise._likelihoods._classification import Bernoulli
+from skgpx._inducing._rows import Rows
+from skgpx.pathwise._svgp._bound import WhitenedQ
+from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW
+from skgpx.pathwise._svgp._engine import SVGPEngine
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -105,8 +105,8 @@ def test_minibatch_estimates_are_unbiased():
 def test_packing_round_trip(objective, input_scale, skip):
     config = _config(objective, input_scale, skip)
     _, _, state = _problem(config)
-    # adam_fit's parametrisation: Packing's vector, on this module's perturbed Grams
-    packing = Packing(config, state)
+    # adam_fit's parametrisation: StatePacking's vector, on this module's perturbed Grams
+    packing = StatePacking(config, state)
     back = packing.state(packing.vector(state))
     for a, b in zip(state.tensors(), back.tensors()):
         assert torch.allclose(a, b.detach(), rtol=1e-10, atol=1e-12)
@@ -184,7 +184,7 @@ def test_adam_on_q_climbs_the_bound_and_differs_from_natural_steps():
         warnings.simplefilter("ignore", ConvergenceWarning)
         adam = _fit(AdamQSVGP, rows, Z, max_iter=30, tol=None, learning_rate=0.05,
                     optimize_inducing=False)
-        natural = _fit(SVGPMode, rows, Z, max_iter=30, tol=None, learning_rate=0.05,
+        natural = _fit(SVGPEngine, rows, Z, max_iter=30, tol=None, learning_rate=0.05,
                        optimize_inducing=False)
     assert adam.history[-1] > adam.history[0] + 0.05 * rows.X.shape[0]
     assert float(adam.q.mean.abs().max()) > 0.1

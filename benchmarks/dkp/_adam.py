@@ -3,7 +3,7 @@
 Not a solver of the library: ``inducing.py`` (this folder) runs it against the Newton-like
 sweeps and L-BFGS (``doc/design_notes.rst``, "Inducing-point deep kernel process", last bullet).
 
-The collapsed bound of :mod:`skgpx.dkp._sparse_model` is not a sum over rows, so a
+The collapsed bound of :mod:`skgpx.dkp._sparse._model` is not a sum over rows, so a
 mini-batch method optimises the *uncollapsed* bound instead.  It keeps
 ``q(u) = N(L_u mu, L_u R R^T L_u^T)`` at the output explicitly, whitened as
 ``u = L_u v`` with ``q(v) = N(mu, R R^T)`` and ``p(v) = N(0, I)``.  With
@@ -20,8 +20,8 @@ parameters.  A mini-batch of ``b`` rows estimates the row sum without bias by sc
 with ``P / b``.
 
 The model's parameters are the flat vector of
-:class:`skgpx.dkp._sparse_lbfgs.Packing`, the whitened Cholesky parametrisation of the
-L-BFGS fallback (:mod:`skgpx.dkp._sparse_lbfgs`), as one Adam parameter; ``q(v)``'s
+:class:`skgpx.dkp._sparse._lbfgs.StatePacking`, the whitened Cholesky parametrisation of the
+L-BFGS fallback (:mod:`skgpx.dkp._sparse._lbfgs`), as one Adam parameter; ``q(v)``'s
 mean and the entries of its lower triangular root (log-diagonal, packed as the hidden
 Grams' factors) are two more.  What is learned follows
 :class:`skgpx.dkp._model.DKPConfig` as in the full solver.
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 import torch
 
 from skgpx.dkp._model import Breakdown
-from skgpx.dkp._sparse_lbfgs import Packing
-from skgpx.dkp._sparse_model import SparseFit
-from skgpx.dkp._sparse_model import coincidence
-from skgpx.dkp._sparse_model import inducing_blocks
-from skgpx.dkp._sparse_model import propagate_rows
-from skgpx.dkp._sparse_pass import objective_value
+from skgpx.dkp._sparse._lbfgs import StatePacking
+from skgpx.dkp._sparse._model import SparseFit
+from skgpx.dkp._sparse._model import coincidence
+from skgpx.dkp._sparse._model import inducing_blocks
+from skgpx.dkp._sparse._model import propagate_rows
+from skgpx.dkp._sparse._pass import objective_value
 
 __all__ = ["AdamFit", "adam_fit", "collapsed_q", "uncollapsed_bound"]
 
@@ -109,7 +109,7 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
     config : DKPConfig
     state : SparseDKPState
         The start; ``q(v)`` starts at the collapsed optimum of this state.
-    rows : skgpx.pathwise._sparse.Rows
+    rows : skgpx._inducing._rows.Rows
         Standardised rows held in this process.
     epochs : int
         Passes over the rows.
@@ -140,7 +140,7 @@ def adam_fit(config, state, rows, *, epochs, batch_size, lr, seed, evaluate_ever
     start = objective_value(config, state, rows, eval_chunk)
     history, passes, seconds = [float(start.value)], [0], [0.0]
     mean, root = collapsed_q(start.statistics)
-    packing = Packing(config, state)
+    packing = StatePacking(config, state)
     triangle = packing.gram_triangle  # m x m, as q(v)'s root
     vector = packing.vector(state).requires_grad_()
     q_mean = mean.detach().clone().requires_grad_()

@@ -6,16 +6,16 @@ noise=0.5, random_state=0)``; the first ``n_train`` rows train, the last 10 000 
 X and y are standardised with the training part's mean and std (as the estimator does).
 One thread, float64, ``kernel='sqexp'``, ``n_layers=2``, the estimator's default ``dof``
 and learned settings (``DeepKernelProcessRegressor()._config``), ``m`` inducing inputs by
-k-means++ (``skgpx.pathwise._sparse.initial_inducing_points``, seed 0).  Every method
+k-means++ (``skgpx._inducing._points.initial_inducing_points``, seed 0).  Every method
 starts from the same state: the prior-mean Grams, ``Omega = I``, hidden weights 1/2,
 ``w_out = 1``, ``sigma^2 = 0.1``, and the same Z.
 
 Methods (``--methods``)
 -----------------------
-* ``newton``: ``skgpx.dkp._sparse_solver.newton_fit(..., hand_over=False)`` (CARE sweeps
+* ``newton``: ``skgpx.dkp._sparse._solver.newton_fit(..., hand_over=False)`` (CARE sweeps
   with Anderson acceleration);
 * ``auto``: the same with ``hand_over=True`` (sweeps, then L-BFGS);
-* ``lbfgs``: ``skgpx.dkp._sparse_lbfgs.lbfgs_fit``;
+* ``lbfgs``: ``skgpx.dkp._sparse._lbfgs.lbfgs_fit``;
 * ``adam``: :func:`_adam.adam_fit` (this folder), mini-batches of 1024 rows on the
   uncollapsed bound, one run per learning rate in ``--adam-lrs``; its collapsed
   objective is evaluated after every epoch by a forward pass that is not counted in its
@@ -62,19 +62,19 @@ import numpy as np
 import torch
 
 from skgpx import DeepKernelProcessRegressor
-import skgpx.dkp._sparse_pass as _sparse_pass
-from skgpx.dkp._sparse_model import SparseDKPState
-from skgpx.dkp._sparse_model import inducing_blocks
-from skgpx.dkp._sparse_model import prior_mean_grams
-from skgpx.dkp._sparse_model import propagate_rows
-from skgpx.pathwise._sparse import Rows
-from skgpx.pathwise._sparse import initial_inducing_points
+import skgpx.dkp._sparse._pass as _sparse_pass
+from skgpx.dkp._sparse._model import SparseDKPState
+from skgpx.dkp._sparse._model import inducing_blocks
+from skgpx.dkp._sparse._model import prior_mean_grams
+from skgpx.dkp._sparse._model import propagate_rows
+from skgpx._inducing._rows import Rows
+from skgpx._inducing._points import initial_inducing_points
 
 N_TEST = 10_000
 N_PREDICT = 1_000_000
 METHODS = ("newton", "auto", "lbfgs", "adam")
-SOLVER_MODULES = {"newton": "skgpx.dkp._sparse_solver", "auto": "skgpx.dkp._sparse_solver",
-                  "lbfgs": "skgpx.dkp._sparse_lbfgs"}
+SOLVER_MODULES = {"newton": "skgpx.dkp._sparse._solver", "auto": "skgpx.dkp._sparse._solver",
+                  "lbfgs": "skgpx.dkp._sparse._lbfgs"}
 
 
 class _Cap(BaseException):
@@ -234,7 +234,7 @@ def run_solver(method, problem, args):
     module = importlib.import_module(SOLVER_MODULES[method])
     modules = [module, _sparse_pass]
     try:
-        modules.append(importlib.import_module("skgpx.dkp._sparse_lbfgs"))
+        modules.append(importlib.import_module("skgpx.dkp._sparse._lbfgs"))
     except ImportError:
         pass
     counter = PassCounter(modules)

@@ -7,8 +7,8 @@ Imported by the scripts of this folder after ``_common``; running it does nothin
 import torch
 
 from skgpx.linalg import positive_tril, positive_tril_raw
-from skgpx.pathwise._svgp import WhitenedQ
-from skgpx.pathwise._svgp_fit import SVGPMode
+from skgpx.pathwise._svgp._bound import WhitenedQ
+from skgpx.pathwise._svgp._engine import SVGPEngine
 
 
 class MomentQ:
@@ -30,7 +30,7 @@ class MomentQ:
                       + (self.mean * self.mean).sum() - m * n_latent - log_det)
 
 
-class AdamQSVGP(SVGPMode):
+class AdamQSVGP(SVGPEngine):
     """Our SVGP engine on the mini-batch route (``optimizer="adam"``) with ``q(u)`` moved by
     Adam on its moment parameters (as GPyTorch's SVGP moves it) instead of natural steps;
     theta, Z, the batches, the bound and the stopping rule are the engine's.

@@ -360,7 +360,7 @@ def _median_seconds(fn, repeats, device):
 
 
 def _switch_row(n, order, args, Xs):
-    from skgpx.pathwise._exact_solver import seconds_per_product
+    from skgpx.pathwise._exact._solver import seconds_per_product
 
     X, y = make_data(n)
     row = {}
@@ -376,7 +376,7 @@ def _switch_row(n, order, args, Xs):
                                        args.switch_repeats, args.device)
         row[solver] = {"fit": fit, "predict_std": predict, "draws": draws}
         if solver == "cg":
-            operator = est._engine.cg.operator()  # private: diagnostics only
+            operator = est._mode.cg.operator()  # private: diagnostics only
             row["cg_n_iter"] = int(est.cg_n_iter_)
             row["per_product"] = seconds_per_product(operator, 1)
     return row
@@ -396,8 +396,8 @@ def part_switch(args):
 
 
 def report_switch(args, res, lines):
-    from skgpx.pathwise._exact_solver import AUTO_MEMORY_FRACTION
-    from skgpx.pathwise._exact_solver import CHOLESKY_BUFFERS
+    from skgpx.pathwise._exact._solver import AUTO_MEMORY_FRACTION
+    from skgpx.pathwise._exact._solver import CHOLESKY_BUFFERS
 
     available = res["available"]
     headers = ["n", "chol fit s", "cg fit s", "cg iters", "fit chol/cg", "chol predict+draws s",

@@ -184,15 +184,15 @@ def adam_on_q(active):
     (``_adam_q.AdamQSVGP``), everything else unchanged."""
     from _adam_q import AdamQSVGP
 
-    import skgpx.pathwise._classifier_sparse as _classifier_sparse
+    import skgpx.pathwise._svgp._classification as _classification
 
-    engine = _classifier_sparse.SVGPMode
+    engine = _classification.SVGPEngine
     if active:
-        _classifier_sparse.SVGPMode = AdamQSVGP
+        _classification.SVGPEngine = AdamQSVGP
     try:
         yield
     finally:
-        _classifier_sparse.SVGPMode = engine
+        _classification.SVGPEngine = engine
 
 
 def part_gpytorch(args, memo):
@@ -321,7 +321,7 @@ def part_softmax(args, memo):
 def part_default_scale(args, memo):
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    from skgpx.pathwise._sparse import initial_inducing_points
+    from skgpx._inducing._points import initial_inducing_points
 
     n_train, n_test, d = (50_000, 10_000, 16) if args.quick else (250_000, 50_000, 16)
     Xtr, Xte, ytr, yte = synthetic(n_train + n_test, d=d, train_size=n_train,

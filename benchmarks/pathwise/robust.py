@@ -313,7 +313,7 @@ def log_density(est, X, y):
     Gaussian with its predictive mean and std (exact)."""
     mean, std = est.predict(X, return_std=True)
     if est.likelihood == "heteroscedastic":
-        engine = est._engine
+        engine = est._mode
         like = dict(dtype=engine.theta.dtype, device=engine.theta.device)
         mu, var = engine.latent(torch.as_tensor(X, **like))
         Y = torch.as_tensor(((y - est.y_mean_[0]) / est.y_scale_[0])[:, None], **like)

@@ -438,7 +438,7 @@ def _run_ours_fit(state):
     hits = np.flatnonzero(values >= info["elbo_per_row"] - cfg.get("tol", 1e-3))
     info["evals_to_target"] = int(hits[0]) + 1 if hits.size else None
     if "presolve_rows" in est.get_params():
-        from skgpx.pathwise._solver import presolve_sizes
+        from skgpx.pathwise._sgpr._fit import presolve_sizes
 
         info["presolve_sizes"] = presolve_sizes(n, est.presolve_rows)
     if cfg["init"]:

@@ -7,7 +7,7 @@ run: seconds per epoch of our natural-gradient + Adam route and of GPyTorch's SV
 (whitened VariationalStrategy, BernoulliLikelihood, VariationalELBO, Adam 0.01 on
 everything) measured interleaved, test accuracy and log-loss after each epoch, and the
 epoch at which the ``tol`` stopping rule fires for natural gradients and for Adam alone
-on ``q`` (the private ``q_update="adam"`` ablation).
+on ``q`` (the ablation of ``benchmarks/pathwise/_adam_q.py``).
 
 ``--digits`` instead fits digits (10 classes, 1347 training rows) with the softmax and
 one-vs-rest on the L-BFGS-B route (inner loop with the whitened cross-covariances held,
@@ -36,10 +36,10 @@ from sklearn.metrics import accuracy_score, log_loss
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from skgpx.pathwise._likelihoods import Bernoulli
-from skgpx.pathwise._sparse import Rows
-from skgpx.pathwise._sparse import initial_inducing_points
-from skgpx.pathwise._svgp_fit import SVGPMode
+from skgpx.pathwise._likelihoods._classification import Bernoulli
+from skgpx._inducing._rows import Rows
+from skgpx._inducing._points import initial_inducing_points
+from skgpx.pathwise._svgp._engine import SVGPEngine
 
 
 def data(n, d, seed=0):
@@ -57,7 +57,7 @@ def ours(Xtr, ytr, Xte, yte, Z0, epochs, q_update="natgrad", tol=None):
     rows = Rows(torch.tensor(Xtr), torch.tensor(ytr[:, None], dtype=torch.float64),
                 torch.zeros(len(Xtr), dtype=torch.float64))
     out = []
-    engine = AdamQSVGP if q_update == "adam" else SVGPMode
+    engine = AdamQSVGP if q_update == "adam" else SVGPEngine
     mode = engine(kernel, Bernoulli("logit"), optimizer="adam", max_iter=epochs, tol=tol,
                   learning_rate=0.01, natgrad_step=0.1, minibatch_size=1024)
     mode.fit(rows, torch.tensor(Z0), np.random.RandomState(0))
@@ -81,7 +81,7 @@ def digits(multi_class, optimizer="fmin_l_bfgs_b", m=256, max_iter=100):
     from sklearn.datasets import load_digits
 
     from skgpx.metrics import expected_calibration_error
-    from skgpx.pathwise._likelihoods import Softmax
+    from skgpx.pathwise._likelihoods._classification import Softmax
 
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
@@ -90,8 +90,8 @@ def digits(multi_class, optimizer="fmin_l_bfgs_b", m=256, max_iter=100):
     Y = np.eye(10)[ytr]
     lik = Softmax(64, seed=0) if multi_class == "softmax" else Bernoulli("logit")
     kernel = ConstantKernel(1.0) * RBF(np.sqrt(X.shape[1]))
-    mode = SVGPMode(kernel, lik, multi_class=multi_class, optimizer=optimizer,
-                    max_iter=max_iter, minibatch_size=256, learning_rate=0.05)
+    mode = SVGPEngine(kernel, lik, multi_class=multi_class, optimizer=optimizer,
+                      max_iter=max_iter, minibatch_size=256, learning_rate=0.05)
     rows = Rows(torch.tensor(Xtr), torch.tensor(Y), torch.zeros(len(Xtr), dtype=torch.float64))
     Z0 = torch.tensor(initial_inducing_points(Xtr, m, np.random.RandomState(0)))
     t0 = time.perf_counter()
