@@ -174,7 +174,7 @@ def _moved(value, device):
 
 class DaskRows:
     """Training rows held by Dask (workers of a ``distributed`` cluster, or this process
-    under Dask's local schedulers), with the interface of ``pathwise._sparse.Rows``.
+    under Dask's local schedulers), with the interface of ``skgpx._inducing._rows.Rows``.
 
     The blocks are persisted once; :meth:`map_sum` ships the function and its small
     arguments to each worker once, applies it to every block where the block lives and

@@ -11,7 +11,7 @@ on ``q`` (the ablation of ``benchmarks/pathwise/_adam_q.py``).
 
 ``--digits`` instead fits digits (10 classes, 1347 training rows) with the softmax and
 one-vs-rest on the L-BFGS-B route (inner loop with the whitened cross-covariances held,
-``_svgp_inner``) and prints fit time, evaluations, inner passes, accuracy, log-loss, ECE.
+``_svgp._inner``) and prints fit time, evaluations, inner passes, accuracy, log-loss, ECE.
 
 Usage: ``python benchmarks/pathwise/svgp_engine.py [--n 100000] [--epochs 3] [--no-gpytorch]
 [--digits [--m 256]]``

@@ -1,4 +1,4 @@
-"""Sparse GP regression with inducing points: Titsias' collapsed bound over row chunks.
+"""Titsias' collapsed bound of a GP with inducing inputs, accumulated over row chunks.
 
 The collapsed evidence lower bound (Titsias, AISTATS 2009) of a GP with inducing inputs
 ``Z`` (m x d) and independent Gaussian noise ``sigma_i^2`` depends on the training rows
@@ -27,16 +27,8 @@ The sums are accumulated chunk by chunk in ``O(m^2 + chunk * m)`` memory, never
 digits, enough to make the bound jump by 0.5 nats under 1e-15 changes of theta when
 inducing inputs crowd (then L-BFGS stops abnormally).
 
-The gradient takes a second pass.  With ``G_W``, ``G_w`` the adjoints of the bound with
-respect to ``W`` and ``w``, holding ``L`` fixed, a chunk contributes
-``sum_i beta_i (a_i^T G_W a_i + a_i^T G_w y_i)``: its kernel block is recomputed and
-whitened again, and the derivative with respect to the block,
-``L^{-T} (2 G_W A + G_w Y^T) diag(beta)``, is formed from the whitened block (the
-unwhitened adjoint ``L^{-T} G_W L^{-1}`` has entries of size ``cond(Kzz)`` that cancel,
-and made the gradient of a 200 000-row bound wrong by 1e-4 per row).  The dependence on
-``L`` through ``Kzz`` is differentiated once on the small ``m x m`` graph.  A value and
-gradient cost about ``7 n m^2`` flops in products (four of them triangular).  The optimal
-``q(u) = N(mu_u, R R^T)`` has ``R = L L_B^{-T}`` and ``mu_u = R c``.
+SGPR differentiates this bound (:mod:`skgpx.pathwise._sgpr._bound`); the deep kernel
+process's inducing-point mode builds its own statistics and calls :func:`collapsed_elbo`.
 """
 
 import math

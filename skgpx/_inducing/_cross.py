@@ -1,7 +1,9 @@
 """Closed-form cross-covariance blocks k(Z, X) of stationary kernels."""
 
 import math
+
 import torch
+
 from ..kernels import squared_distance_profile_
 from ..linalg import matmul
 

@@ -1,7 +1,9 @@
 """Training rows held in this process, and their chunking."""
 
 from dataclasses import dataclass
+
 import torch
+
 from .._base import rows_per_chunk
 
 

@@ -242,7 +242,7 @@ class PathwiseFunctions:
         """
         if torch.is_grad_enabled() and X.requires_grad:
             step = self._block_rows()
-            # one preallocated output (see _predict._prior_at: per-chunk lists fragment
+            # one preallocated output (see _draws._posterior._prior_at: per-chunk lists fragment
             # the heap)
             latent = X.new_empty(X.shape[0], self.n_samples, self.n_targets)
             for i in range(0, X.shape[0], step):

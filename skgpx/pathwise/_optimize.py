@@ -1,9 +1,10 @@
-"""Hyperparameter fitting for PathwiseGPSampler: L-BFGS-B, Adam and SVGP mini-batches.
+"""The optimiser loop of the pathwise fits: L-BFGS-B, Adam or a user's callable, from restarts.
 
 Parameters are packed into one float64 vector ``x = [theta, vec(Z)]`` (``Z`` only when the
 inducing inputs are learnt), so scipy's L-BFGS-B, a user's sklearn-style optimizer
 callable and torch's Adam see the same objective: the negative log marginal likelihood
-(exact mode) or the negative collapsed bound (sparse mode).
+(exact mode) or the negative collapsed bound (sparse mode); the SVGP engine's L-BFGS-B
+route (``_svgp._lbfgs``) shares its settings.
 """
 
 import sys

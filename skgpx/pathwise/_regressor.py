@@ -1,7 +1,8 @@
 """PathwiseGPSampler: exact GP regression with fast pathwise posterior function draws.
 
 This module is the scikit-learn face (validation, parameters, fitted attributes, the
-layout of outputs); ``fit`` builds one mode object (:mod:`skgpx.pathwise._modes`) and
+layout of outputs); ``fit`` builds one mode object (:mod:`skgpx.pathwise._interface`;
+:mod:`skgpx.pathwise._modes` picks it) and
 hands it the training data once, and every method after that asks it.
 """
 

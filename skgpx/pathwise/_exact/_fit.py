@@ -1,8 +1,8 @@
 """The exact GP's hyperparameter fit."""
 
 import torch
-from .._optimize import restart_points
-from .._optimize import run_optimizer
+
+from .._optimize import restart_points, run_optimizer
 from ._algebra import log_marginal_likelihood
 
 

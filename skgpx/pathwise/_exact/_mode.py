@@ -1,8 +1,8 @@
-"""The exact GP as a mode object (interface: :mod:`skgpx.pathwise._modes`).
+"""The exact GP as a mode object (interface: :mod:`skgpx.pathwise._interface`).
 
 One object covers the three exact routes of ``PathwiseGPSampler``: a Cholesky factor of
 ``K_A = k(X, X) + diag(noise)`` (hyperparameters fitted by scikit-learn's protocol), block
-CG on kernel products at fixed hyperparameters (``_exact_solver``), and structured inputs
+CG on kernel products at fixed hyperparameters (``_exact._solver``), and structured inputs
 (``ObjectRows`` evaluated by a scikit-learn kernel, Cholesky only).
 """
 

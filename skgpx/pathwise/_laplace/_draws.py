@@ -28,7 +28,8 @@ from .._functions import PathwiseFunctions
 
 @dataclass
 class LaplacePosterior:
-    """One binary problem's Laplace posterior, in the protocol of ``_predict.Posterior``."""
+    """One binary problem's Laplace posterior, in the protocol of
+    ``_draws._posterior.Posterior``."""
 
     kernel: object  # TorchKernel
     signal_kernel: object  # sklearn kernel without top-level WhiteKernel terms

@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 
 from ..._base import progress_bar
 from ...kernels import ObjectRows, squared_distance_profile_
-from ._newton import SMALL_MAX, NewtonPosterior, on_lapack, lml_gradient_weights, posterior_mode
+from ._newton import NewtonPosterior, SMALL_MAX, lml_gradient_weights, on_lapack, posterior_mode
 
 
 # kernel matrices' pieces (elements, all problems of a batch) kept for the gradient

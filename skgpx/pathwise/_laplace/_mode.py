@@ -1,4 +1,4 @@
-"""The Laplace classifier as a mode object (interface: :mod:`skgpx.pathwise._modes`).
+"""The Laplace classifier as a mode object (interface: :mod:`skgpx.pathwise._interface`).
 
 Exact mode of ``PathwiseGPClassifier``: one binary problem (two classes), one per class
 (one-vs-rest, sharing the rows: ``(C, n, n)`` batched matrices, L-BFGS-B runs in lock

@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 import scipy.special
+import torch
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
 from ...linalg import jittered_cholesky

@@ -39,6 +39,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from ._quadrature import gauss_hermite
 
 LINKS = ("logit", "probit")
@@ -350,8 +351,8 @@ class Gaussian:
     """``y ~ N(f, noise)``: ``E``, ``g = (y - mu) / noise``, ``h = -1 / (2 noise)`` exactly.
 
     ``theta = (log noise,)`` within ``log(noise_bounds)``: an SVGP with this likelihood and
-    its noise learned reaches the optimum of Titsias' collapsed bound (``_sparse``) with
-    the noise as a ``WhiteKernel``.
+    its noise learned reaches the optimum of Titsias' collapsed bound
+    (``skgpx._inducing._collapsed``) with the noise as a ``WhiteKernel``.
     """
 
     shift_invariant = False

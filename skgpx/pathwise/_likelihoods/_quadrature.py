@@ -2,6 +2,7 @@
 
 import functools
 import math
+
 import numpy as np
 import torch
 

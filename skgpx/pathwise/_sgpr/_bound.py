@@ -1,14 +1,25 @@
-"""SGPR: the gradient of the collapsed bound."""
+"""SGPR: the collapsed bound (:mod:`skgpx._inducing._collapsed`) and its gradient.
+
+The gradient takes a second pass.  With ``G_W``, ``G_w`` the adjoints of the bound with
+respect to ``W`` and ``w``, holding ``L`` fixed, a chunk contributes
+``sum_i beta_i (a_i^T G_W a_i + a_i^T G_w y_i)``: its kernel block is recomputed and
+whitened again, and the derivative with respect to the block,
+``L^{-T} (2 G_W A + G_w Y^T) diag(beta)``, is formed from the whitened block (the
+unwhitened adjoint ``L^{-T} G_W L^{-1}`` has entries of size ``cond(Kzz)`` that cancel,
+and made the gradient of a 200 000-row bound wrong by 1e-4 per row).  The dependence on
+``L`` through ``Kzz`` is differentiated once on the small ``m x m`` graph.  A value and
+gradient cost about ``7 n m^2`` flops in products (four of them triangular).  The optimal
+``q(u) = N(mu_u, R R^T)`` has ``R = L L_B^{-T}`` and ``mu_u = R c``.
+"""
 
 import math
+
 import torch
+
 from ..._buffers import Buffers
-from ..._inducing._collapsed import SparseStatistics
-from ..._inducing._collapsed import collapsed_elbo
-from ..._inducing._collapsed import inducing_cholesky
-from ..._inducing._collapsed import noise_of
-from ..._inducing._collapsed import whitening
-from ..._inducing._collapsed import block_statistics
+from ..._inducing._collapsed import (
+    SparseStatistics, block_statistics, collapsed_elbo, inducing_cholesky, noise_of, whitening,
+)
 from ..._inducing._cross import stationary_cross
 from ..._inducing._rows import row_chunks
 from ...linalg import NotPositiveDefiniteError, lower_matmul, matmul, solve_lower

@@ -1,24 +1,25 @@
-"""SGPR's hyperparameter fit."""
+"""SGPR's hyperparameter fit: L-BFGS-B (or Adam) on the collapsed bound, presolved on row
+subsets for large data, or Adam on mini-batches of the uncollapsed bound (Hensman et al.,
+UAI 2013) re-collapsed at the end."""
 
 import math
 import sys
 import warnings
+
 import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
+
 from ..._base import cpu_generator, draw_seed, progress_bar
 from ..._inducing._collapsed import inducing_cholesky, noise_of
 from ..._inducing._rows import Rows
 from ...linalg import positive_tril, solve_lower
-from .._optimize import lbfgs
-from .._optimize import restart_points
-from .._optimize import run_optimizer
-from .._optimize import ThetaZPacking
+from .._optimize import ThetaZPacking, lbfgs, restart_points, run_optimizer
 from ._bound import elbo_value_and_grad
 
 
-def svgp_adam(kernel, theta0, Z0, X, Y, alpha, *, bounds, learn_Z, max_iter, learning_rate,
-              minibatch_size, jitter, generator, on_step):
+def uncollapsed_adam(kernel, theta0, Z0, X, Y, alpha, *, bounds, learn_Z, max_iter, learning_rate,
+                     minibatch_size, jitter, generator, on_step):
     """Adam on the uncollapsed SVGP bound with mini-batches (Hensman et al., UAI 2013).
 
     Whitened variational parameters: ``u = L v``, ``q(v) = N(m_t, S S^T)`` per target
@@ -99,13 +100,13 @@ def negative_bound(params, torch_kernel, rows, Z, packing):
 def optimize_sparse(params, torch_kernel, rows, Z, rng, history):
     """Maximise the collapsed bound over theta (and Z); returns (theta, Z).
 
-    ``rows``: the training rows (``_sparse.Rows`` or ``skgpx.distributed.DaskRows``).
+    ``rows``: the training rows (``_inducing._rows.Rows`` or ``skgpx.distributed.DaskRows``).
     """
     device, dtype = Z.device, Z.dtype
     packing = ThetaZPacking(torch_kernel.bounds, Z.shape, params.optimize_inducing)
     starts = [packing.pack(theta, Z) for theta in restart_points(params, torch_kernel, rng)]
     if params.optimizer == "adam" and params.minibatch_size is not None:
-        return _svgp_runs(params, torch_kernel, rows, Z, starts, packing, rng, history)
+        return _minibatch_runs(params, torch_kernel, rows, Z, starts, packing, rng, history)
 
     value_and_grad = negative_bound(params, torch_kernel, rows, Z, packing)
     if params.optimizer == "fmin_l_bfgs_b" and isinstance(rows, Rows):
@@ -168,7 +169,7 @@ def presolved_starts(params, torch_kernel, rows, Z, starts, packing, sizes, rng)
     return moved
 
 
-def _svgp_runs(params, torch_kernel, rows, Z, starts, packing, rng, history):
+def _minibatch_runs(params, torch_kernel, rows, Z, starts, packing, rng, history):
     """Adam on mini-batches of the uncollapsed bound, best run by the collapsed bound."""
     X, Y, alpha = rows.X, rows.Y, rows.alpha  # mini-batches index rows held here
     device, dtype = X.device, X.dtype
@@ -183,7 +184,7 @@ def _svgp_runs(params, torch_kernel, rows, Z, starts, packing, rng, history):
                 bar.update(1)
                 bar.set_postfix(neg_svgp_bound=f"{loss:.6g}")
 
-            theta, Z_run, _ = svgp_adam(
+            theta, Z_run, _ = uncollapsed_adam(
                 torch_kernel, theta0, Z0, X, Y, alpha, bounds=torch_kernel.bounds,
                 learn_Z=params.optimize_inducing, max_iter=params.max_iter,
                 learning_rate=params.learning_rate, minibatch_size=params.minibatch_size,
@@ -201,5 +202,5 @@ def _svgp_runs(params, torch_kernel, rows, Z, starts, packing, rng, history):
 
 __all__ = [
     "PRESOLVE_MIN_ROWS", "negative_bound", "optimize_sparse", "presolve_sizes", "presolved_starts",
-    "svgp_adam",
+    "uncollapsed_adam",
 ]

@@ -1,4 +1,4 @@
-"""Sparse GP regression (SGPR) as a mode object (interface: :mod:`skgpx.pathwise._modes`).
+"""Sparse GP regression (SGPR) as a mode object (interface: :mod:`skgpx.pathwise._interface`).
 
 Titsias' collapsed bound needs the training rows only through sums over them
 (:mod:`skgpx._inducing._collapsed`), which it reaches through one interface,

@@ -1,12 +1,12 @@
-"""SGPR: the optimal q(u) and the predictive moments it gives."""
+"""SGPR: the optimal ``q(u)`` at fixed hyperparameters and the predictive moments it gives
+(Titsias, AISTATS 2009)."""
 
 from dataclasses import dataclass
+
 import torch
+
 from ..._base import rows_per_chunk
-from ..._inducing._collapsed import collapsed_elbo
-from ..._inducing._collapsed import inducing_cholesky
-from ..._inducing._collapsed import whitening
-from ..._inducing._collapsed import block_statistics
+from ..._inducing._collapsed import block_statistics, collapsed_elbo, inducing_cholesky, whitening
 from ...linalg import solve_lower
 
 

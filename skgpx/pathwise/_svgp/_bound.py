@@ -1,8 +1,8 @@
 r"""Whitened sparse variational GP (SVGP) for classification and non-Gaussian regression:
-the bound, its gradients and the natural-gradient step on ``q`` (``_svgp_q``).  The
+the bound, its gradients and the natural-gradient step on ``q`` (``_svgp._q``).  The
 training drivers and the mode object that the estimators call (``SVGPEngine``: fit once,
 then ``latent_mean_and_variance``, ``predict_proba``, ``posterior``) are in
-``_svgp_fit``, whose docstring states that interface.
+``_svgp._engine``, whose docstring states that interface.
 
 Model (Hensman, Matthews and Ghahramani, AISTATS 2015): ``L`` latent functions
 ``f_c ~ GP(0, k)`` share the kernel and the inducing inputs ``Z`` (m x d).  With
@@ -47,7 +47,7 @@ positive definite.  For a Gaussian likelihood and ``gamma = 1`` one full-batch s
 on the optimal ``q`` (Titsias' ``q(u)``).  A likelihood that is not log-concave
 (``log_concave = False``, Student-t: ``h > 0`` for residuals beyond ``sigma sqrt(nu)``
 when ``v`` is small) adds its positive curvature to ``H`` (a second rank-b update), and
-``I - 2 s H`` may then be indefinite: the drivers (``_svgp_fit``) retry such a step with
+``I - 2 s H`` may then be indefinite: the drivers (``_svgp._engine``) retry such a step with
 ``gamma`` halved; the fixed point is unchanged (at the optimum ``Lambda = S^{-1}``).
 
 **Latent groups** (:class:`Groups`).  The latents may split into groups, each with its
@@ -67,7 +67,7 @@ the kernels' theta: ``grad = [theta_1 .. theta_G, theta_lik, vec Z]``.
 **Gradients in theta and Z** hold ``q(v)`` fixed (whitened: the KL does not depend on
 them).  With ``G_A = dL/dA = sum_c [m_c g_c^T + 2 (S_c - I) A diag(h_c)]`` the chunk's
 kernel block gets ``dL/dK = L_z^{-T} G_A``, pulled back to theta and Z in closed form for a
-stationary kernel (``_sparse.StationaryCross``) or by autograd.  The dependence on
+stationary kernel (``_inducing._cross.StationaryCross``) or by autograd.  The dependence on
 ``L_z`` needs only the sums: ``G_A A^T = sum_c [m_c r_c^T + 2 (S_c - I) H_c]`` and
 the adjoint of ``K_zz`` is ``-sym(L_z^{-T} Phi(G_A A^T) L_z^{-1})`` (:func:`zz_adjoint`),
 pulled back in closed form (stationary kernels) or by autograd through ``chol(K_zz)``.
@@ -87,7 +87,7 @@ from ..._buffers import Buffers
 from ..._inducing._collapsed import inducing_cholesky
 from ..._inducing._cross import stationary_cross
 from ...linalg import gram, lower_matmul, matmul
-from ._kzz_pullback import stationary_zz_gradient, upper_matmul, triangular_inverse, zz_adjoint
+from ._kzz_pullback import stationary_zz_gradient, triangular_inverse, upper_matmul, zz_adjoint
 from ._q import WhitenedQ
 
 
@@ -117,7 +117,7 @@ class VariationalSums:
 
 def cross_block(kernel, theta, Z, X, cross, buffers):
     """``k(Z, X)`` (m, b), and for the stationary route the standardised rows and the
-    Matern slope (``_sparse.StationaryCross.weighted_block``)."""
+    Matern slope (``_inducing._cross.StationaryCross.weighted_block``)."""
     if cross is None:
         return kernel(Z, X, theta=theta, part="signal"), None, None
     Xs = cross.standardised(X)
@@ -352,7 +352,7 @@ def evaluate(kernel, theta, Z, q, rows, likelihood, *, jitter, batch_size, n_tot
     ``kernel`` is a ``TorchKernel`` (one group of all latents) or :class:`Groups`, with
     ``theta`` the groups' thetas end to end and ``Z`` packed as :class:`Groups` says;
     ``likelihood`` is evaluated at its own ``theta`` (``with_theta`` for another).
-    ``rows`` is a ``_sparse.Rows`` (labels as ``Y``), a ``DaskRows`` or, for a mini-batch,
+    ``rows`` is a ``_inducing._rows.Rows`` (labels as ``Y``), a ``DaskRows`` or, for a mini-batch,
     a ``Rows`` of the batch with ``n_total`` the training set's size.
     """
     groups = as_groups(kernel, q.mean.shape[1])

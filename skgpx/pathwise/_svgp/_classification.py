@@ -24,14 +24,14 @@ from ..._dask import is_dask_collection
 from ..._inducing._points import initial_inducing_points
 from ..._inducing._rows import Rows
 from ...kernels import TorchKernel
+from .._interface import ClassificationMode
 from .._laplace._draws import link_probabilities
 from .._likelihoods._classification import Bernoulli, Softmax
-from .._interface import ClassificationMode
 from ._engine import SVGPEngine
 
 # optimizer="auto" trains the sparse mode by mini-batches above this many training rows.
 # Up to it L-BFGS-B on full passes is both faster and tighter (q is optimal at each
-# evaluation, and up to batch_size rows the inner loop of ``_svgp_inner`` holds the
+# evaluation, and up to batch_size rows the inner loop of ``_svgp._inner`` holds the
 # cross-covariances); beyond it each of its evaluations costs several full passes (the
 # inner optimal-q loop, then the gradient), tens of times an epoch's work per iteration,
 # while an epoch of natural steps on mini-batches costs about one pass.  Measured on 16

@@ -5,7 +5,7 @@ Interface (the exact-mode Laplace object of ``_laplace`` has the same shape)::
 
     mode = SVGPEngine(kernel, likelihood, multi_class=..., optimizer=..., ...,
                     groups=None, share_inducing=True)
-    mode.fit(rows, Z0, rng)     # rows: _sparse.Rows or DaskRows, labels/targets as Y
+    mode.fit(rows, Z0, rng)     # rows: _inducing._rows.Rows or DaskRows, labels/targets as Y
     mode.latent_mean_and_variance(Xq)   # -> (mean, var), each (n*, L): all latents
     mode.predict_proba(Xq)              # -> (n*, C), rows sum to one (classifiers)
     mode.posterior(shift, n_features_in, group=0)  # -> SVGPPosterior of one group
@@ -18,7 +18,7 @@ Classifier labels are encoded per latent by the caller: 0/1 in one column (binar
 0/1 column per class (one-vs-rest: ``L = C`` Bernoulli latents sharing Z and the kernel),
 or one-hot (softmax).  ``rows.Y`` carries them; ``rows.alpha`` is ignored.
 
-**Latent groups** (``_svgp.Groups``).  ``groups=None``: one group of
+**Latent groups** (``_svgp._bound.Groups``).  ``groups=None``: one group of
 ``L = rows.Y.shape[1]`` latents with ``kernel`` (the classifier).  Otherwise a list of
 ``(kernel_g, n_g)``, ``kernel_g=None`` meaning ``kernel``: group ``g`` owns the next
 ``n_g`` latents, its own theta and ``L_z``; ``L = sum n_g`` (the heteroscedastic model:
@@ -62,15 +62,15 @@ Routes (``optimizer``):
   evaluation's ``q``; the gradient at the optimal ``q`` is then the total gradient
   (envelope theorem).  Rows in memory with ``n <= batch_size`` and ``m n <=``
   :data:`INNER_HELD_ELEMENTS` (``inner="cached"``) take
-  the inner loop of ``_svgp_inner`` (``A = L_z^{-1} K_zx`` held: covariance steps, then
+  the inner loop of ``_svgp._inner`` (``A = L_z^{-1} K_zx`` held: covariance steps, then
   conjugate steps on the means that cost ``O(n m L)`` each); other rows full-batch
   natural steps (``gamma = 1``, halved while a step lowers the bound).  The inner
   tolerance (``inner_tol="adaptive"``) is :data:`INNER_RATIO` times the per-row change of
   the bound between the last two evaluations, within [:data:`INNER_TOL`,
   :data:`INNER_LOOSE`] (far from the optimum L-BFGS-B needs no exact ``q``; near it the
   tolerance tightens to ``INNER_TOL``); ``inner_tol=None`` keeps ``INNER_TOL``.
-  L-BFGS-B itself uses ``_solver.lbfgs``'s settings (per-row projected-gradient test) and
-  the plateau rule of the "adam" route on ``tol`` (``_svgp_lbfgs._lbfgs_plateau``); ``max_iter``
+  L-BFGS-B itself uses ``_optimize.lbfgs``'s settings (per-row projected-gradient test) and
+  the plateau rule of the "adam" route on ``tol`` (``_svgp._lbfgs._lbfgs_plateau``); ``max_iter``
   counts its iterations, ``n_iter`` and ``history`` its evaluations.
 * a callable (scikit-learn's ``optimizer(obj_func, initial_theta, bounds)``) gets the same
   objective as L-BFGS-B; ``None`` keeps theta and Z and only fits ``q``.
@@ -125,9 +125,9 @@ class SVGPEngine(MovableState):
         The initial kernel (not modified) of the first latent group; a top-level
         ``WhiteKernel`` is latent noise at each row, outside ``u = f(Z)``.
     likelihood : likelihood object
-        ``_likelihoods.Bernoulli``, ``Softmax``, ``Gaussian`` or one of
-        ``_regression_likelihoods`` (the protocol of ``_likelihoods``); its ``theta`` is
-        the start of its hyperparameters, learned with the kernels' (``likelihood_``).
+        ``_likelihoods._classification.Bernoulli``, ``Softmax``, ``Gaussian`` or one of
+        ``_likelihoods._regression`` (the protocol of ``_likelihoods._classification``); its
+        ``theta`` is the start of its hyperparameters, learned with the kernels' (``likelihood_``).
     multi_class : {"binary", "one_vs_rest", "softmax"}
     optimizer : {"adam", "fmin_l_bfgs_b"}, callable or None
     max_iter, tol, learning_rate, natgrad_step, minibatch_size, optimize_inducing,
@@ -180,7 +180,7 @@ class SVGPEngine(MovableState):
         return theta, Z
 
     def _engine_kernel(self):
-        """What ``_svgp.evaluate`` takes: the kernel (one group) or the :class:`Groups`."""
+        """What ``_svgp._bound.evaluate`` takes: the kernel (one group) or the :class:`Groups`."""
         if self.groups is None:
             return self.torch_kernel
         return Groups([self.torch_kernel] + self.torch_kernels[1:], self._sizes,
@@ -243,7 +243,7 @@ class SVGPEngine(MovableState):
 
     def _objective(self, rows, q, theta, Z, want_grad, n_total=None, want_H=True,
                    likelihood=None):
-        """The bound at the packed ``theta`` and ``Z`` (``_svgp.evaluate``), with
+        """The bound at the packed ``theta`` and ``Z`` (``_svgp._bound.evaluate``), with
         ``likelihood`` (default: the fitted or current ``likelihood_``)."""
         return evaluate(self._engine_kernel(), theta, Z, q, rows,
                         self._current() if likelihood is None else likelihood,
@@ -343,7 +343,7 @@ class SVGPEngine(MovableState):
 
     def _optimal_q(self, rows, theta, Z):
         """From the current ``q`` to the optimum at (theta, Z): block coordinate ascent
-        with ``A`` held (``_svgp_inner``) for in-memory rows that fit a chunk, else
+        with ``A`` held (``_svgp._inner``) for in-memory rows that fit a chunk, else
         full-batch natural steps (a step whose precision does not factorise counts as
         one that lowers the bound)."""
         if (self.inner == "cached" and isinstance(rows, Rows)

@@ -32,7 +32,7 @@ natural-gradient one of ``_svgp``, ``Lambda_c = I - 2 H_c`` and ``m_c = r_c``):
 
 Memory: ``A`` is ``m x n``: the route is taken for in-memory rows with ``n <= batch_size``
 (``O(m * batch_size)``, the bound of a chunked pass); larger or Dask rows keep the
-full-pass loop of ``_svgp_fit``.
+full-pass loop of ``_svgp._engine``.
 """
 
 import math
@@ -43,7 +43,7 @@ from ..._base import rows_per_chunk
 from ..._buffers import Buffers
 from ..._inducing._cross import stationary_cross
 from ...linalg import NotPositiveDefiniteError, gram, lower_matmul, matmul
-from ._bound import Groups, WhitenedQ, cross_block, as_groups
+from ._bound import Groups, WhitenedQ, as_groups, cross_block
 
 # a covariance step that loses after a round that gained under NEAR * tol per row ends
 # the loop: the remaining gap is at the Monte-Carlo floor (optimal_q)
@@ -55,10 +55,10 @@ class InnerProblem:
 
     Parameters
     ----------
-    kernel : TorchKernel or _svgp.Groups
+    kernel : TorchKernel or _svgp._bound.Groups
         Groups: one ``A`` per group, each group's latents through its own.
     theta : Tensor
-    Z : Tensor of shape (m, d) (or (G, m, d), as ``_svgp.Groups``)
+    Z : Tensor of shape (m, d) (or (G, m, d), as ``_svgp._bound.Groups``)
     L_inverse : Tensor of shape (m, m), or a tuple of them (one per group)
         ``L_z^{-1}``.
     X : Tensor of shape (n, d)

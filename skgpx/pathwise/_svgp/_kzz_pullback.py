@@ -50,7 +50,8 @@ def zz_adjoint(L_inverse, GAAt):
 def triangular_inverse(L):
     """``L^{-1}`` (row-major) of a lower-triangular ``L``: LAPACK ``trtri`` on the CPU
     (``m^3 / 3`` multiply-adds, about 2x faster than a triangular solve against the
-    identity for m = 256 on one core), ``_sparse.whitening`` elsewhere or under autograd."""
+    identity for m = 256 on one core), ``_inducing._collapsed.whitening`` elsewhere or under
+    autograd."""
     routine = {torch.float64: "dtrtri", torch.float32: "strtri"}.get(L.dtype)
     if L.device.type != "cpu" or L.requires_grad or routine is None or L.dim() != 2:
         return whitening(L)
@@ -65,7 +66,7 @@ def stationary_zz_gradient(kernel, spec, theta, Z, K_bar, jitter):
     """``<bar K, d(K_zz + j s I)>`` in theta and Z for a stationary signal, in closed form.
 
     ``K_zz = s kappa(r^2)`` and the model's jitter ``j * mean(diag K_zz) = j s``
-    (``_sparse.inducing_cholesky``); ``bar K`` (:func:`zz_adjoint`) is pulled back
+    (``_inducing._collapsed.inducing_cholesky``); ``bar K`` (:func:`zz_adjoint`) is pulled back
     through ``r^2(Z, Z)`` as a cross-kernel block of Z with itself (its row and column
     derivatives in Z are equal for a symmetric ``bar K``, hence the factor 2).
     """

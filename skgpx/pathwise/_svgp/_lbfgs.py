@@ -1,4 +1,4 @@
-"""The ``"fmin_l_bfgs_b"`` route of the SVGP engine (``_svgp_fit`` module docstring):
+"""The ``"fmin_l_bfgs_b"`` route of the SVGP engine (``_svgp._engine`` module docstring):
 L-BFGS-B with the plateau rule, on the packed hyperparameters, ``q`` optimal at each
 evaluation."""
 
@@ -30,7 +30,7 @@ class _Plateau(Exception):
 
 
 def _lbfgs_plateau(value_and_grad, x0, bounds, max_iter, n_rows, tol):
-    """scipy's L-BFGS-B on ``value / n_rows`` with ``_solver.lbfgs``'s sparse settings
+    """scipy's L-BFGS-B on ``value / n_rows`` with ``_optimize.lbfgs``'s sparse settings
     (projected-gradient test, memory), which also stops by the "adam" route's rule: once
     the bound at the accepted iterates rose by at most ``PLATEAU_WINDOW * tol * |bound|``
     over the last :data:`PLATEAU_WINDOW` iterations (``tol=None``: never).  Without it
@@ -74,7 +74,7 @@ def _lbfgs_plateau(value_and_grad, x0, bounds, max_iter, n_rows, tol):
 
 def fit_full(mode, rows, theta, Z):
     """The ``"fmin_l_bfgs_b"`` route (and a callable optimizer, or None) of ``mode``
-    (``_svgp_fit.SVGPEngine``, module docstring there): L-BFGS-B on
+    (``_svgp._engine.SVGPEngine``, module docstring there): L-BFGS-B on
     ``x = [theta_1 .. theta_G, theta_lik, vec Z]`` (the likelihood's part only when it
     has hyperparameters, Z only when learned) with ``q`` optimal at each evaluation
     (``mode._optimal_q``).  Returns the packed ``(theta, Z)``; sets ``mode.q``,

@@ -8,7 +8,8 @@ from .._draws._posterior import TargetStreams
 
 
 class SVGPPosterior:
-    """The fitted ``q(u)`` as a ``_predict.Posterior`` for :func:`_predict.draw_functions`.
+    """The fitted ``q(u)`` as a ``_draws._posterior.Posterior`` for
+    :func:`_draws._posterior.draw_functions`.
 
     A draw is ``f_s(.) + k(., Z) v_s`` with ``u_s = L_z (m + R xi_s)`` and
     ``v_s = K_zz^{-1} (u_s - f_s(Z))`` (Wilson et al., ICML 2020, eq. 13), one latent per

@@ -10,7 +10,7 @@ with the likelihoods of :mod:`~skgpx.pathwise._likelihoods._regression`:
 * heteroscedastic: ``y_t ~ N(f_t(x), a + exp(c + g_t(x)))`` with ``g_t ~ GP(0, k_g)``
   (the ``noise_kernel``; :func:`default_noise_kernel` when None), its own hyperparameters
   and inducing inputs (shared with ``f`` or not), the offset ``c`` learned and the floor
-  ``a = 1e-10`` (``_regression_likelihoods.NOISE_FLOOR``).
+  ``a = 1e-10`` (``_likelihoods._regression.NOISE_FLOOR``).
 
 Both bound their noise in the units ``y`` is fitted in, so targets whose spread lies
 outside what the noise can follow are refused before any torch work
@@ -32,15 +32,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sklearn.base import clone
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from sklearn.gaussian_process.kernels import ConstantKernel, RBF
 
 from ..._base import check_memory, rows_per_chunk, to_numpy
 from ..._dask import DaskRows, is_dask_collection
 from ..._inducing._rows import Rows
 from ...kernels import split_white_noise
 from .._draws._posterior import draw_functions
-from .._likelihoods._regression import NOISE_RANGE, SCALE_RANGE, HeteroscedasticGaussian, StudentT
 from .._interface import RegressionMode
+from .._likelihoods._regression import HeteroscedasticGaussian, NOISE_RANGE, SCALE_RANGE, StudentT
 from .._sgpr._mode import initial_inducing
 from ._classification import restart_kernels
 from ._engine import SVGPEngine
@@ -261,7 +261,7 @@ class SVGPRegressionMode(RegressionMode):
         return K[..., None] + torch.einsum("mi,tmk,kj->ijt", A, excess, A)
 
     def posterior(self, **face):
-        """The posterior of ``f`` for the draws (``_predict.draw_functions``)."""
+        """The posterior of ``f`` for the draws (``_draws._posterior.draw_functions``)."""
         post = self.svgp.posterior(self.shift, face["n_features_in"], squeeze=face["squeeze"],
                                    group=0)
         post.y_mean, post.y_std = face["y_mean"], face["y_std"]

@@ -16,7 +16,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.tests._mini_sequence_kernel import MiniSeqKernel
 
 from skgpx import InsufficientMemoryError, PathwiseGPClassifier
-from skgpx.pathwise._svgp import _classification as _classifier_sparse
+from skgpx.pathwise._svgp import _classification as classification
 
 from .._oracles import MEAN_Z_MAX, moment_z_scores
 
@@ -177,7 +177,7 @@ def test_auto_optimizer_is_lbfgs_up_to_its_size_and_minibatches_beyond(monkeypat
                                                                        route):
     # the documented size, lowered so that both sides of it are a small fit: "auto" must
     # be that route call for call (the same q, Z and kernel to the last bit)
-    monkeypatch.setattr(_classifier_sparse, "AUTO_MINIBATCH_ROWS", 60)
+    monkeypatch.setattr(classification, "AUTO_MINIBATCH_ROWS", 60)
     params = dict(n_inducing=6, max_iter=4, tol=None, minibatch_size=16, random_state=0,
                   device="cpu")
     X_n, y_n = X[:n_rows], Y_BIN[:n_rows]
@@ -196,7 +196,7 @@ def test_auto_optimizer_keeps_full_passes_on_dask_rows(monkeypatch):
     # mini-batches need the rows in memory: on Dask blocks "auto" stays on L-BFGS-B at
     # any size (here above the lowered threshold), where "adam" is refused
     import dask.array as da  # a test dependency
-    monkeypatch.setattr(_classifier_sparse, "AUTO_MINIBATCH_ROWS", 60)
+    monkeypatch.setattr(classification, "AUTO_MINIBATCH_ROWS", 60)
     est = PathwiseGPClassifier(KERNEL, n_inducing=6, max_iter=2, random_state=0,
                                device="cpu")
     est.fit(da.from_array(X, chunks=(60, 2)), da.from_array(Y_BIN, chunks=60))
@@ -205,14 +205,14 @@ def test_auto_optimizer_keeps_full_passes_on_dask_rows(monkeypatch):
 
 def test_auto_optimizer_size_is_the_documented_one():
     # the docstring promises L-BFGS-B up to 10 000 rows: the two must not drift apart
-    assert _classifier_sparse.AUTO_MINIBATCH_ROWS == 10_000
+    assert classification.AUTO_MINIBATCH_ROWS == 10_000
     assert "up to 10 000 training rows" in " ".join(PathwiseGPClassifier.__doc__.split())
-    assert _classifier_sparse.resolve_optimizer("auto", 10_000) == "fmin_l_bfgs_b"
-    assert _classifier_sparse.resolve_optimizer("auto", 10_001) == "adam"
+    assert classification.resolve_optimizer("auto", 10_000) == "fmin_l_bfgs_b"
+    assert classification.resolve_optimizer("auto", 10_001) == "adam"
     # rows on Dask workers: the full-pass route, whose passes are sums over the blocks
-    assert _classifier_sparse.resolve_optimizer("auto", 10 ** 6, in_memory=False) == (
+    assert classification.resolve_optimizer("auto", 10 ** 6, in_memory=False) == (
         "fmin_l_bfgs_b")
-    assert _classifier_sparse.resolve_optimizer(None, 10 ** 6) is None
+    assert classification.resolve_optimizer(None, 10 ** 6) is None
 
 
 def test_memory_guard_refuses_before_any_work_and_names_the_way_out(monkeypatch):

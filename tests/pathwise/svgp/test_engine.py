@@ -1,8 +1,8 @@
-"""The whitened SVGP classification engine (``skgpx.pathwise._svgp._bound``, ``_svgp_fit``).
+"""The whitened SVGP classification engine (``skgpx.pathwise._svgp._bound``, ``_svgp._engine``).
 
 References: dense whitened formulas on scikit-learn kernel objects written here with numpy
-(marginals, bound), scikit-learn's / skgpx's SGPR optimum (``_sparse.fit_factors``: Titsias'
-collapsed q(u) and bound, which share no code with the natural step), central finite
+(marginals, bound), scikit-learn's / skgpx's SGPR optimum (``_sgpr._posterior.fit_factors``:
+Titsias' collapsed q(u) and bound, which share no code with the natural step), central finite
 differences, and scipy's L-BFGS-B on the bound in the moment parameters.  Tolerances:
 
 * identities between chunkings and against dense numpy: 1e-10 relative (float64 round-off
@@ -151,7 +151,7 @@ def test_gradient_against_finite_differences(name, n_latent, lik):
 
 def test_gaussian_natural_step_lands_on_titsias_optimum():
     """One full-batch step with gamma = 1 from any q gives the optimal q of a Gaussian
-    likelihood, whose bound is Titsias' collapsed bound (``_sparse.fit_factors``)."""
+    likelihood, whose bound is Titsias' collapsed bound (``_sgpr._posterior.fit_factors``)."""
     X, Y, Z = _data(n=60, m=10)
     noise = 0.04
     tk = TorchKernel(KERNELS["rbf"])

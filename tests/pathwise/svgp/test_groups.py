@@ -2,7 +2,7 @@
 steps (``skgpx.pathwise._svgp``: ``_bound``, ``_engine``, ``_inner``): the engine that the
 Student-t and heteroscedastic regressions run on.
 
-Oracles: Titsias' collapsed bound (``_sparse.elbo_value_and_grad``, an SGPR with the noise
+Oracles: Titsias' collapsed bound (``_sgpr._bound.elbo_value_and_grad``, an SGPR with the noise
 as a WhiteKernel) for a Gaussian likelihood whose noise is learned; torch autograd through
 a dense implementation of the two-group bound written here; the stationarity conditions
 of the bound in ``q`` (``m = A g``, ``Lambda = I - 2 A diag(h) A^T``) for a Student-t

@@ -1,5 +1,5 @@
 """The L-BFGS-B route's inner loop with ``A`` held (``skgpx.pathwise._svgp._inner``) and its
-plateau rule (``_svgp_fit._lbfgs_plateau``).
+plateau rule (``_svgp._lbfgs._lbfgs_plateau``).
 
 References: the chunked full pass of ``_svgp`` (``evaluate``, ``marginals``,
 ``WhitenedQ.natural_step``; itself checked against dense numpy in ``svgp/test_engine.py``), scipy's
@@ -22,7 +22,7 @@ from skgpx.pathwise._likelihoods._classification import Bernoulli, Softmax
 from skgpx._inducing._rows import Rows
 from skgpx._inducing._collapsed import inducing_cholesky, whitening
 from skgpx.pathwise._svgp._bound import WhitenedQ, evaluate, marginals, triangular_inverse
-from skgpx.pathwise._svgp import _engine as _svgp_fit
+from skgpx.pathwise._svgp import _engine as engine_module
 from skgpx.pathwise._svgp._engine import PLATEAU_WINDOW, SVGPEngine
 from skgpx.pathwise._svgp._inner import InnerProblem, optimal_q
 
@@ -108,7 +108,7 @@ def test_softmax_inner_loop_matches_the_full_pass_loop(monkeypatch):
             held.append(args[4].shape[0])
             super().__init__(*args)
 
-    monkeypatch.setattr(_svgp_fit, "InnerProblem", Spy)
+    monkeypatch.setattr(engine_module, "InnerProblem", Spy)
     fits = {}
     for inner in ("cached", "full"):
         mode = SVGPEngine(ConstantKernel(1.0) * RBF(1.0), lik, multi_class="softmax",
