@@ -7,6 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 from threadpoolctl import threadpool_info
 
+from ._version import __version__
+
 # distribution names, in the order they are printed (skgpx itself comes first)
 _REQUIRED = ("numpy", "scipy", "scikit-learn", "torch", "skorch", "threadpoolctl",
              "tqdm")
@@ -85,8 +87,6 @@ def show_versions():
     ...
     """
     _print_section("System", _system_info())
-    from . import __version__
-
     versions = {"skgpx": __version__}
     versions.update((name, _version_of(name)) for name in _REQUIRED)
     _print_section("Python dependencies", versions)

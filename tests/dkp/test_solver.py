@@ -248,7 +248,7 @@ def test_output_weight_update_reaches_sklearn_noise():
 @pytest.mark.parametrize("noise", [0.05, 0.5, 2.0])
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
 def test_weight_updates_stop_at_a_stationary_point(noise, scale):
-    """Issue 16: the weight updates must not stop short of the optimum.  On the shallow GP
+    """The weight updates must not stop short of the optimum.  On the shallow GP
     the objective is scikit-learn's LML of the same kernel, whose gradient in the log
     hyperparameters (signal variance, noise) vanishes at the fitted point."""
     rng = np.random.default_rng(4)
@@ -317,7 +317,7 @@ def _sklearn_optimum(X, y):
 @pytest.mark.parametrize("n_targets", [1, 2])
 @pytest.mark.parametrize("noise", [1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9])
 def test_shallow_gp_reaches_sklearn_optimum_at_any_noise(noise, n_targets):
-    """Issue 31 (item 2): at low noise the Fisher-scoring weight steps stopped ~1e-6 short
+    """At low noise the Fisher-scoring weight steps stopped ~1e-6 short
     of the optimum, with sklearn's LML gradient 1e-6..1e-4 at the fitted point, whatever
     max_iter: their predicted gains fell below the rounding level of the objective while
     the weights were still off.  Newton steps (observed Hessian) reach the optimum.  The
