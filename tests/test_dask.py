@@ -292,12 +292,12 @@ def test_distributed_robust_regression_equals_in_memory_fit(client, likelihood):
 
 
 def test_dask_refuses_the_minibatch_route_of_a_likelihood_before_any_work(monkeypatch):
-    from skgpx.pathwise._sgpr import _mode as sgpr_mode
+    from skgpx._inducing import _points
 
     def never(*args, **kwargs):  # inducing inputs are the fit's first piece of work
         raise AssertionError("the fit started")
 
-    monkeypatch.setattr(sgpr_mode, "initial_inducing_points", never)
+    monkeypatch.setattr(_points, "initial_inducing_points", never)
     X = da.from_array(np.zeros((40, 2)), chunks=(20, 2))
     with pytest.raises(ValueError, match="optimizer='fmin_l_bfgs_b'"):
         PathwiseGPSampler(likelihood="student_t", n_inducing=5, optimizer="adam").fit(

@@ -1,6 +1,7 @@
-"""Initial inducing inputs: k-means++ seeding on a subset of the rows."""
+"""Initial inducing inputs: given ones checked, or k-means++ seeding on a subset of the rows."""
 
 import numpy as np
+from sklearn.utils import check_array
 
 
 def initial_inducing_points(X, n_inducing, rng, max_rows=4096):
@@ -22,4 +23,16 @@ def initial_inducing_points(X, n_inducing, rng, max_rows=4096):
     return np.array(centers)
 
 
-__all__ = ["initial_inducing_points"]
+def starting_inducing_inputs(inducing_points, n_inducing, X, rng):
+    """The inducing inputs a sparse fit starts from: ``inducing_points`` checked against the
+    training rows ``X``, or ``n_inducing`` of them (:func:`initial_inducing_points`)."""
+    if inducing_points is None:
+        return initial_inducing_points(X, n_inducing, rng)
+    Z = check_array(inducing_points, dtype=np.float64, input_name="inducing_points")
+    if Z.shape[1] != X.shape[1]:
+        raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has "
+                         f"{X.shape[1]}; give an array of shape (m, {X.shape[1]}).")
+    return np.array(Z)
+
+
+__all__ = ["initial_inducing_points", "starting_inducing_inputs"]

@@ -7,18 +7,18 @@ of the fit.  A mode sees the estimator only through a :class:`FitContext` (its
 parameters and where tensors live) and the :class:`Training` data: it never reads the
 estimator's attributes or calls its methods.
 
-============================  ==========================================================
-mode                          fits
-============================  ==========================================================
-``_exact.ExactMode``          the exact GP: Cholesky or CG, vectors or structured inputs
-``_sgpr.SGPRMode``            collapsed sparse GP regression (inducing inputs, Dask)
-``_svgp.SVGPRegressionMode``  non-Gaussian likelihoods on the SVGP engine
-``_modes.PriorMode``          the prior of an unfitted regressor
-``_laplace.LaplaceMode``      Laplace classification, one-vs-rest problems batched
-``_svgp.SVGPClassificationMode``  sparse variational classification (Bernoulli, softmax)
-============================  ==========================================================
+================================  ==========================================================
+mode                              fits
+================================  ==========================================================
+``_exact.ExactMode``              the exact GP: Cholesky or CG, vectors or structured inputs
+``_sgpr.SGPRMode``                collapsed sparse GP regression (inducing inputs, Dask)
+``_svgp.SVGPRegressionMode``      non-Gaussian likelihoods on the SVGP engine
+``_laplace.LaplaceMode``          Laplace classification, one-vs-rest problems batched
+``_svgp.SVGPClassificationMode``  sparse variational classification
+================================  ==========================================================
 
-A mode is a dataclass, so that pickling a fitted estimator moves its tensors to the CPU
+Before ``fit`` a regressor answers with ``_modes.PriorMode``, the prior.  A mode is a
+dataclass, so that pickling a fitted estimator moves its tensors to the CPU
 field by field (:func:`skgpx._base.move_to_device`).
 """
 
@@ -150,7 +150,7 @@ class RegressionMode(Mode):
         (n*, T) or None, cov (n*, n*) or (n*, n*, T) or None)`` in the units of the fitted
         ``Y``.  ``noise`` is the variance added at new inputs: None for the full kernel's
         (its ``WhiteKernel`` terms, scikit-learn's choice), a float for the signal plus that
-        (0.0: the latent function); see :meth:`Mode.prior_variance`.  ``observed``: also add
+        (0.0: the latent function); see :meth:`prior_variance`.  ``observed``: also add
         a non-Gaussian likelihood's noise (the Gaussian modes carry theirs in the kernel)."""
 
     def posterior(self, **face):
@@ -199,6 +199,12 @@ class RegressionMode(Mode):
 class ClassificationMode(Mode):
     """A mode of ``PathwiseGPClassifier``: latent moments, class probabilities and the
     posteriors of the latent draws."""
+
+    @classmethod
+    def plan(cls, context, kernel, n, d, n_targets=1):
+        """The unfitted mode: a classification mode refuses what cannot fit in memory in
+        :meth:`fit`, once its binary problems or latent functions are known."""
+        return cls()
 
     @abstractmethod
     def latent(self, Xq, problems=None):

@@ -81,12 +81,6 @@ class LaplaceMode(ClassificationMode):
     n_classes: int = 2
     seed: int = 0  # prediction seed drawn after the fit
 
-    @classmethod
-    def plan(cls, context, kernel, n, d, n_targets=1):
-        """The unfitted mode (its memory is checked by :meth:`fit`, once the binary
-        problems are known)."""
-        return cls()
-
     def fit(self, context, kernel, data):
         """Fit every binary problem's Laplace approximation (and its ``theta``) on the
         validated ``X`` with the class codes ``data.Y``."""

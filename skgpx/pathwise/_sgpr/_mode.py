@@ -12,11 +12,10 @@ from functools import partial
 
 import numpy as np
 import torch
-from sklearn.utils import check_array
 
 from ..._base import check_memory, rows_per_chunk, to_numpy
 from ..._dask import DaskRows, is_dask_collection
-from ..._inducing._points import initial_inducing_points
+from ..._inducing._points import starting_inducing_inputs
 from ..._inducing._rows import Rows
 from ...kernels import TorchKernel, split_white_noise
 from .._interface import RegressionMode, with_theta
@@ -80,7 +79,8 @@ class SGPRMode(RegressionMode):
         params, device, dtype = context.params, context.device, context.dtype
         X, Y, noise, shift = data.X, data.Y, data.noise, data.shift
         rng, history = context.rng, context.history
-        Z = context.as_tensor(initial_inducing(params, X, rng), device, dtype)
+        Z = starting_inducing_inputs(params.inducing_points, params.n_inducing, X, rng)
+        Z = context.as_tensor(Z, device, dtype)
         if is_dask_collection(X):
             rows = DaskRows(X, Y, noise, dtype, device)
             self.dask_rows = (X, Y, float(noise))
@@ -153,16 +153,4 @@ class SGPRMode(RegressionMode):
         return elbo, grad.detach().cpu().numpy().astype(np.float64)
 
 
-def initial_inducing(params, X, rng):
-    """The starting inducing inputs: ``params.inducing_points`` checked against X, or
-    ``params.n_inducing`` rows of X (``initial_inducing_points``)."""
-    if params.inducing_points is None:
-        return initial_inducing_points(X, params.n_inducing, rng)
-    Z = check_array(params.inducing_points, dtype=np.float64, input_name="inducing_points")
-    if Z.shape[1] != X.shape[1]:
-        raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has "
-                         f"{X.shape[1]}; give an array of shape (m, {X.shape[1]}).")
-    return np.array(Z)
-
-
-__all__ = ["SGPRMode", "initial_inducing"]
+__all__ = ["SGPRMode"]

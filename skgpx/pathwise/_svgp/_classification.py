@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sklearn.base import clone
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_random_state
 
 from ..._base import check_memory, draw_seed, rows_per_chunk, to_numpy, to_probabilities
 from ..._dask import is_dask_collection
-from ..._inducing._points import initial_inducing_points
+from ..._inducing._points import starting_inducing_inputs
 from ..._inducing._rows import Rows
 from ...kernels import TorchKernel
 from .._interface import ClassificationMode
@@ -81,16 +81,6 @@ def encode_latents(codes, n_classes, multi_class):
     return one_hot, multi_class
 
 
-def _inducing_inputs(params, X, rng):
-    if params.inducing_points is None:
-        return initial_inducing_points(X, params.n_inducing, rng)
-    Z = check_array(params.inducing_points, dtype=np.float64, input_name="inducing_points")
-    if Z.shape[1] != X.shape[1]:
-        raise ValueError(f"inducing_points has {Z.shape[1]} features, but X has {X.shape[1]};"
-                         f" give an array of shape (m, {X.shape[1]}).")
-    return np.array(Z)
-
-
 def check_sparse_memory(params, n, d, n_latent, dtype, device, rows_here=True):
     """Refuse a sparse fit whose buffers cannot fit: O(L m^2 + chunk m + n d), not O(n m)
     (without the ``n d`` when the rows stay on Dask workers)."""
@@ -134,12 +124,6 @@ class SVGPClassificationMode(ClassificationMode):
     link: str = "logit"
     seed: int = 0  # prediction seed drawn after the fit
 
-    @classmethod
-    def plan(cls, context, kernel, n, d, n_targets=1):
-        """The unfitted mode (its memory is checked by :meth:`fit`, once the latent
-        problems are known)."""
-        return cls()
-
     def fit(self, context, kernel, data):
         """Fit the SVGP engine from each restart's kernel and keep the best bound: on
         in-memory rows (``data.Y``: the class codes), or on Dask arrays."""
@@ -150,7 +134,8 @@ class SVGPClassificationMode(ClassificationMode):
         rng = check_random_state(params.random_state)
         Y, multi_class = encode_latents(codes, n_classes, params.multi_class)
         check_sparse_memory(params, X.shape[0], X.shape[1], Y.shape[1], params.dtype, device)
-        Z0 = context.as_tensor(_inducing_inputs(params, X, rng), device, dtype)
+        Z0 = starting_inducing_inputs(params.inducing_points, params.n_inducing, X, rng)
+        Z0 = context.as_tensor(Z0, device, dtype)
         X_t, Y_t = context.as_tensor(X, device, dtype), context.as_tensor(Y, device, dtype)
         rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
         self.codes = codes
@@ -174,7 +159,8 @@ class SVGPClassificationMode(ClassificationMode):
         multi_class = "binary" if n_classes == 2 else params.multi_class
         check_sparse_memory(params, X.shape[0], X.shape[1], Y.shape[1], params.dtype, device,
                             rows_here=False)
-        Z0 = context.as_tensor(_inducing_inputs(params, X, rng), device, dtype)
+        Z0 = starting_inducing_inputs(params.inducing_points, params.n_inducing, X, rng)
+        Z0 = context.as_tensor(Z0, device, dtype)
         self.dask_labels = Y
         self.optimizer = resolve_optimizer(params.optimizer, X.shape[0], in_memory=False)
         rows = DaskRows(X, Y, 0.0, dtype, device)

@@ -36,12 +36,12 @@ from sklearn.gaussian_process.kernels import ConstantKernel, RBF
 
 from ..._base import check_memory, rows_per_chunk, to_numpy
 from ..._dask import DaskRows, is_dask_collection
+from ..._inducing._points import starting_inducing_inputs
 from ..._inducing._rows import Rows
 from ...kernels import split_white_noise
 from .._draws._posterior import draw_functions
 from .._interface import RegressionMode
 from .._likelihoods._regression import HeteroscedasticGaussian, NOISE_RANGE, SCALE_RANGE, StudentT
-from .._sgpr._mode import initial_inducing
 from ._classification import restart_kernels
 from ._engine import SVGPEngine
 
@@ -172,14 +172,15 @@ class SVGPRegressionMode(RegressionMode):
             likelihood = make_likelihood(params, np.asarray(Y[: min(X.shape[0], 100_000)]))
             rows = DaskRows(X, Y, 0.0, dtype, device)
             self.dask_rows = (X, Y)
-            Z0 = initial_inducing(params, X, rng)
+            Z0 = starting_inducing_inputs(params.inducing_points, params.n_inducing, X, rng)
         else:
             likelihood = make_likelihood(params, Y)  # checks the targets before any tensor
             X_t, Y_t = context.as_tensor(X, device, dtype), context.as_tensor(Y, device, dtype)
             rows = Rows(X_t, Y_t, X_t.new_zeros(X_t.shape[0]))
             self.X, self.Y = X_t, Y_t
             shift = X_t.mean(0)
-            Z0 = np.asarray(X) if self.full_rank else initial_inducing(params, X, rng)
+            Z0 = np.asarray(X) if self.full_rank else starting_inducing_inputs(
+                params.inducing_points, params.n_inducing, X, rng)
         Z0 = context.as_tensor(Z0, device, dtype)
         groups = None
         if params.likelihood == "heteroscedastic":
