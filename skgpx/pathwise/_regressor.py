@@ -22,10 +22,8 @@ from .._base import (
 )
 from .._dask import dask_summaries, dask_training_data, is_dask_collection
 from ..kernels import ObjectRows, TorchKernel, default_kernel, split_white_noise
-from ._draws._posterior import (
-    check_draws_memory, check_exact_at_queries_memory, draw_at_queries, draw_exact, draw_functions,
-)
-from ._draws._spectra import has_random_features
+from ._draws._posterior import check_draws_memory, check_exact_at_queries_memory, draw_functions
+from ._draws._routes import choose_route, draw_by_route
 from ._exact._algebra import clip_negative_variance
 from ._exact._mode import random_features_error
 from ._functions import sklearn_layout
@@ -757,17 +755,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
                                           *self._current_device_dtype())
         generator = prediction_generator(self, random_state)
         with torch.no_grad():
-            if route == "exact_joint":
-                values = draw_exact(post, Xq, n_samples, generator, self.jitter)
-            elif route == "exact_at_queries":
-                mean, _, cov = mode.predict(Xq, noise=0.0, batch_size=self.batch_size,
-                                            want_cov=True, observed=False)
-                prior_variance = mode.prior_variance(Xq, noise=0.0)
-                values = draw_at_queries(post, mean, cov, prior_variance, n_samples,
-                                         generator, self.jitter)
-            else:
-                functions = draw_functions(post, n_samples, generator, **self._draw_options())
-                values = functions.values(Xq)
+            values = draw_by_route(route, mode, post, Xq, n_samples, generator,
+                                   jitter=self.jitter, batch_size=self.batch_size,
+                                   draw_options=self._draw_options())
             noise = self._extra_noise(post)
             if noise > 0:
                 z = post.streams(generator).normal(values.shape[:-1])
@@ -797,26 +787,9 @@ class PathwiseGPSampler(MultiOutputMixin, RegressorMixin, TorchEstimatorMixin, B
         return self._route(mode, mode.posterior(**face), Xq)
 
     def _route(self, mode, post, Xq):
-        """The route of ``sample_y`` at the validated rows ``Xq`` (see its docstring);
-        refuses the options that cannot draw at all."""
-        if not mode.exact_draws and self.prior == "exact":
-            raise ValueError(f"prior='exact' draws the exact Gaussian posterior; the fit of "
-                             f"likelihood={self.likelihood!r} draws by prior='rff'.")
-        structured = isinstance(Xq, ObjectRows)
-        features = not structured and has_random_features(post.signal_kernel)
-        if self.method == "weight_space":
-            if not features:  # the baseline is defined by its features: no exact stand-in
-                raise NotImplementedError(
-                    f"method='weight_space' draws from random features, which the kernel "
-                    f"{post.signal_kernel} has no expansion into; use method='pathwise', "
-                    "whose sample_y draws exactly at the query rows for such kernels.")
-            return "weight_space"
-        n_train = post.centers.shape[0] if post.fitted else 0
-        if mode.exact_draws and (
-                self.prior == "exact"
-                or (self.prior == "auto" and n_train + Xq.shape[0] <= self.exact_prior_max)):
-            return "exact_joint"
-        return "pathwise" if features else "exact_at_queries"
+        """The route of ``sample_y`` at the validated rows ``Xq`` (see its docstring)."""
+        return choose_route(mode, post, Xq, prior=self.prior, method=self.method,
+                            likelihood=self.likelihood, exact_prior_max=self.exact_prior_max)
 
     def sample_functions(self, n_samples=1, random_state=0):
         """Draw posterior functions that can be evaluated anywhere.

@@ -24,7 +24,6 @@ from ..._base import check_draw_memory, check_memory, cpu_generator, rows_per_ch
 from ...kernels import concatenate_rows
 from ...linalg import cholesky_solve, jittered_cholesky
 from .._functions import PathwiseFunctions
-from .._sgpr._posterior import inducing_update
 from ._features import draw_random_features
 
 
@@ -79,7 +78,7 @@ class Posterior:
         the per-target ``streams``."""
         z = streams.normal(prior_at_centers.shape[:-1])
         if self.inducing is not None:
-            return inducing_update(self.inducing, prior_at_centers, z)
+            return self.inducing.update(prior_at_centers, z)
         return self.solve(self.Y[:, None, :] - prior_at_centers
                           - z * self.noise_var.sqrt()[:, None, None])
 

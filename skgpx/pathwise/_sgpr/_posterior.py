@@ -35,6 +35,17 @@ class SparseFactors:
         inner = torch.linalg.solve_triangular(self.LB.T, self.c, upper=True)
         return torch.linalg.solve_triangular(self.L.T, inner, upper=True)
 
+    def update(self, prior_at_Z, xi):
+        """Decoupled update weights ``v_s = Kzz^{-1} (u_s - f_s(Z))`` with
+        ``u_s = mu_u + R xi_s``: ``u_s = L L_B^{-T} (c + xi_s)`` (the optimal ``q(u)``), so
+        ``v_s = L^{-T} (L_B^{-T} (c + xi_s) - L^{-1} f_s(Z))``; ``prior_at_Z`` and ``xi``
+        have shape (m, S, T)."""
+        m, S, T = xi.shape
+        whitened = self.c[:, None, :] + xi
+        inner = torch.linalg.solve_triangular(self.LB.T, whitened.reshape(m, S * T), upper=True)
+        inner = inner - solve_lower(self.L, prior_at_Z.reshape(m, S * T))
+        return torch.linalg.solve_triangular(self.L.T, inner, upper=True).reshape(m, S, T)
+
     def reduced_cross(self, K_zq):
         """``(L^{-1} k(Z, X*), L_B^{-1} L^{-1} k(Z, X*))`` for the predictive (co)variance."""
         V1 = solve_lower(self.L, K_zq)
@@ -73,19 +84,6 @@ def predictive_cov(factors, cross, prior_cov, Xq):
     return prior_cov(Xq) - V1.T @ V1 + V2.T @ V2
 
 
-def inducing_update(factors, prior_at_Z, xi):
-    """Decoupled update weights ``v_s = Kzz^{-1} (u_s - f_s(Z))`` with ``u_s = mu_u + R xi_s``.
-
-    ``u_s = L L_B^{-T} (c + xi_s)`` (optimal ``q(u)``), so ``v_s = L^{-T} (L_B^{-T} (c + xi_s)
-    - L^{-1} f_s(Z))``; ``prior_at_Z`` and ``xi`` have shape (m, S, T).
-    """
-    m, S, T = xi.shape
-    whitened = factors.c[:, None, :] + xi
-    inner = torch.linalg.solve_triangular(factors.LB.T, whitened.reshape(m, S * T), upper=True)
-    inner = inner - solve_lower(factors.L, prior_at_Z.reshape(m, S * T))
-    return torch.linalg.solve_triangular(factors.L.T, inner, upper=True).reshape(m, S, T)
-
-
 def check_sparse_noise(noise_min, has_white):
     """Without noise the bound's ``A = L^{-1} K_zx / sigma`` blows up: ask for noise."""
     if not has_white and noise_min < 1e-6:
@@ -96,6 +94,6 @@ def check_sparse_noise(noise_min, has_white):
 
 
 __all__ = [
-    "SparseFactors", "check_sparse_noise", "fit_factors", "inducing_update", "predictive_cov",
+    "SparseFactors", "check_sparse_noise", "fit_factors", "predictive_cov",
     "predictive_mean_var",
 ]
