@@ -6,7 +6,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from skgpx import PathwiseGPSampler
 from skgpx.pathwise._exact._mode import ExactMode
 
-from .._contract import ModeContract
+from .._mode_contract import ModeContract
 from .._oracles import query_points, sine_data
 from ..test_sklearn_parity import SequenceKernel, _sequences
 

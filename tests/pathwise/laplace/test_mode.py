@@ -7,7 +7,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from skgpx import PathwiseGPClassifier
 from skgpx.pathwise._laplace._mode import LaplaceMode
 
-from .._contract import ModeContract
+from .._mode_contract import ModeContract
 
 
 def _data(n_classes=2):

@@ -5,7 +5,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from skgpx import PathwiseGPSampler
 from skgpx.pathwise._sgpr._mode import SGPRMode
 
-from .._contract import ModeContract
+from .._mode_contract import ModeContract
 from .._oracles import query_points, sine_data
 
 KERNEL = ConstantKernel(1.0) * RBF(0.5) + WhiteKernel(0.1)

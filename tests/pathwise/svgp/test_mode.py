@@ -8,7 +8,7 @@ from skgpx import PathwiseGPClassifier, PathwiseGPSampler
 from skgpx.pathwise._svgp._classification import SVGPClassificationMode
 from skgpx.pathwise._svgp._regression import SVGPRegressionMode
 
-from .._contract import ModeContract
+from .._mode_contract import ModeContract
 from .._oracles import query_points, sine_data
 
 
